@@ -1,0 +1,66 @@
+package workload
+
+import (
+	"context"
+	"time"
+)
+
+// Message is one chat turn.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is one request a workload wants sent. It is protocol-neutral: the
+// wire package turns it into an OpenAI or Anthropic body, the simulator reads
+// its token counts directly.
+type Request struct {
+	Index int
+	// Messages is the chat form; Prompt the completions form. A source fills
+	// both, or Messages alone (completions then concatenates the contents).
+	Messages []Message
+	Prompt   string
+	// Tokens, when the source knows them, are the prompt's token IDs under the
+	// source's tokenizer, in order; the simulator uses them for prefix caching
+	// without re-tokenising. PromptTokens is the intended prompt length.
+	Tokens       []int
+	PromptTokens int
+	// MaxTokens caps the output; MinTokens > 0 asks engines that support it
+	// (vLLM min_tokens / ignore_eos) to produce exactly that many.
+	MaxTokens int
+	MinTokens int
+
+	// At is the intended send time as an offset from the run's start, set by
+	// sources that own their schedule (traces, sessions). HasAt says it is set;
+	// otherwise the runner's arrival process decides.
+	At    time.Duration
+	HasAt bool
+
+	// Labels for analysis.
+	Scenario string
+	Session  string
+	Turn     int
+	Group    string
+	Warmup   bool
+}
+
+// Result is what the runner tells a source about a finished request, so that
+// multi-turn sources can build the next turn from the reply.
+type Result struct {
+	OK   bool
+	Text string // visible output text
+	End  time.Time
+}
+
+// Source yields the requests of a run. Next blocks (honouring ctx) when the
+// next request depends on one still in flight, and returns io.EOF when the
+// workload is exhausted.
+type Source interface {
+	Next(ctx context.Context) (*Request, error)
+}
+
+// FeedbackSource is a Source that wants to hear how each request ended.
+type FeedbackSource interface {
+	Source
+	Done(req *Request, res Result)
+}
