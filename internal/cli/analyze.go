@@ -4,10 +4,6 @@ package cli
 
 import "github.com/spf13/cobra"
 
-func newReportCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "report", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("report: not available in this build") }}
-}
-
 func newFitCmd(env *Env) *cobra.Command {
 	return &cobra.Command{Use: "fit", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("fit: not available in this build") }}
 }
