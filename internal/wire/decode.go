@@ -1,0 +1,292 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ttft-dev/ttft/internal/sse"
+)
+
+// Usage is the token accounting a server reports.
+type Usage struct {
+	PromptTokens       int
+	CompletionTokens   int
+	CachedPromptTokens int
+}
+
+// Chunk is what one stream event meant. Text fields hold this event's new
+// text on each channel.
+type Chunk struct {
+	Content   string
+	Reasoning string
+	ToolArgs  string
+	// Role is set when the event announced the assistant's role (OpenAI's
+	// first chunk, Anthropic's message_start): not a token.
+	Role   bool
+	Finish string
+	Usage  *Usage
+	// Err is an error the server reported inside the stream.
+	Err string
+	// Done marks the protocol's end of stream ([DONE], message_stop).
+	Done  bool
+	Model string
+	// Timings holds engine-reported per-request timings in ms (llama.cpp's
+	// "timings" object), when present.
+	Timings map[string]float64
+}
+
+// HasToken reports whether the event carried any generated text.
+func (c *Chunk) HasToken() bool {
+	return c.Content != "" || c.Reasoning != "" || c.ToolArgs != ""
+}
+
+// Decoder turns events into chunks. Decoders keep per-stream state and are
+// not shared between streams.
+type Decoder interface {
+	Decode(ev *sse.Event, c *Chunk) error
+}
+
+// NewDecoder returns the decoder for api.
+func NewDecoder(api API) Decoder {
+	if api == Anthropic {
+		return &anthropicDecoder{}
+	}
+	return &openAIDecoder{}
+}
+
+var doneMarker = []byte("[DONE]")
+
+type openAIDecoder struct{ usage Usage }
+
+// openAIChunk covers chat.completion.chunk and text_completion chunks as
+// sent by OpenAI, vLLM, SGLang, TGI, llama.cpp and Ollama, plus the error
+// shapes they use inside a stream.
+type openAIChunk struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Delta struct {
+			Role             string `json:"role"`
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			Reasoning        string `json:"reasoning"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	// {"error": {...}} (OpenAI, SGLang, llama.cpp) or {"error": "msg"} (TGI).
+	Error json.RawMessage `json:"error"`
+	// vLLM's {"object":"error","message":...}.
+	Object  string             `json:"object"`
+	Message string             `json:"message"`
+	Timings map[string]float64 `json:"timings"`
+}
+
+func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
+	*c = Chunk{}
+	data := bytes.TrimSpace(ev.Data)
+	if bytes.Equal(data, doneMarker) {
+		c.Done = true
+		return nil
+	}
+	if len(ev.Type) > 0 && string(ev.Type) == "error" {
+		c.Err = errorText(data)
+		return nil
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	var ch openAIChunk
+	if err := json.Unmarshal(data, &ch); err != nil {
+		return fmt.Errorf("malformed stream chunk %q: %w", truncate(data, 120), err)
+	}
+	c.Model = ch.Model
+	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
+		c.Err = errorText(ch.Error)
+		return nil
+	}
+	if ch.Object == "error" {
+		c.Err = ch.Message
+		if c.Err == "" {
+			c.Err = "error object in stream"
+		}
+		return nil
+	}
+	for i := range ch.Choices {
+		cc := &ch.Choices[i]
+		if cc.Delta.Role != "" {
+			c.Role = true
+		}
+		c.Content += cc.Delta.Content + cc.Text
+		c.Reasoning += cc.Delta.ReasoningContent + cc.Delta.Reasoning
+		for _, tc := range cc.Delta.ToolCalls {
+			c.ToolArgs += tc.Function.Arguments
+		}
+		if cc.FinishReason != nil && *cc.FinishReason != "" {
+			c.Finish = *cc.FinishReason
+		}
+	}
+	if u := ch.Usage; u != nil {
+		c.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+		if u.PromptTokensDetails != nil {
+			c.Usage.CachedPromptTokens = u.PromptTokensDetails.CachedTokens
+		}
+	}
+	if len(ch.Timings) > 0 {
+		c.Timings = ch.Timings
+	}
+	return nil
+}
+
+type anthropicDecoder struct{ usage Usage }
+
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Message *struct {
+		Model string `json:"model"`
+		Usage *struct {
+			InputTokens              int `json:"input_tokens"`
+			OutputTokens             int `json:"output_tokens"`
+			CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+			CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+		} `json:"usage"`
+	} `json:"message"`
+	ContentBlock *struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *struct {
+		OutputTokens int `json:"output_tokens"`
+		InputTokens  int `json:"input_tokens"`
+	} `json:"usage"`
+	Error *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (d *anthropicDecoder) Decode(ev *sse.Event, c *Chunk) error {
+	*c = Chunk{}
+	data := bytes.TrimSpace(ev.Data)
+	if len(data) == 0 {
+		return nil
+	}
+	var e anthropicEvent
+	if err := json.Unmarshal(data, &e); err != nil {
+		return fmt.Errorf("malformed %s event %q: %w", eventName(ev), truncate(data, 120), err)
+	}
+	typ := e.Type
+	if typ == "" {
+		typ = string(ev.Type)
+	}
+	switch typ {
+	case "message_start":
+		c.Role = true
+		if e.Message != nil {
+			c.Model = e.Message.Model
+			if u := e.Message.Usage; u != nil {
+				// Anthropic counts cached reads apart from input_tokens.
+				d.usage.PromptTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+				d.usage.CachedPromptTokens = u.CacheReadInputTokens
+				d.usage.CompletionTokens = u.OutputTokens
+			}
+		}
+	case "content_block_start":
+		if b := e.ContentBlock; b != nil && b.Text != "" {
+			c.Content = b.Text
+		}
+	case "content_block_delta":
+		if dd := e.Delta; dd != nil {
+			switch dd.Type {
+			case "thinking_delta":
+				c.Reasoning = dd.Thinking
+			case "input_json_delta":
+				c.ToolArgs = dd.PartialJSON
+			default:
+				c.Content = dd.Text
+			}
+		}
+	case "message_delta":
+		if e.Delta != nil && e.Delta.StopReason != "" {
+			c.Finish = e.Delta.StopReason
+		}
+		if e.Usage != nil {
+			d.usage.CompletionTokens = e.Usage.OutputTokens
+			if e.Usage.InputTokens > 0 {
+				d.usage.PromptTokens = e.Usage.InputTokens
+			}
+			u := d.usage
+			c.Usage = &u
+		}
+	case "message_stop":
+		c.Done = true
+	case "error":
+		if e.Error != nil {
+			c.Err = e.Error.Type + ": " + e.Error.Message
+		} else {
+			c.Err = string(truncate(data, 200))
+		}
+	}
+	return nil
+}
+
+func eventName(ev *sse.Event) string {
+	if len(ev.Type) == 0 {
+		return "message"
+	}
+	return string(ev.Type)
+}
+
+func errorText(raw []byte) string {
+	var obj struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Error   *struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		} `json:"error"`
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil && s != "" {
+		return s
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		if obj.Error != nil && obj.Error.Message != "" {
+			return obj.Error.Message
+		}
+		if obj.Message != "" {
+			if obj.Type != "" {
+				return obj.Type + ": " + obj.Message
+			}
+			return obj.Message
+		}
+	}
+	return string(truncate(raw, 200))
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	return append(b[:n:n], "..."...)
+}

@@ -1,0 +1,137 @@
+package wire
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/sse"
+)
+
+type streamResult struct {
+	content, reasoning, tools string
+	tokenEvents, roleOnly     int
+	finish, err               string
+	usage                     Usage
+	done                      bool
+	timings                   bool
+}
+
+func decodeFile(t *testing.T, api API, name string) streamResult {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd := sse.NewReader(f, sse.Options{})
+	dec := NewDecoder(api)
+	var res streamResult
+	var c Chunk
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return res
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dec.Decode(ev, &c); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c.HasToken() {
+			res.tokenEvents++
+		} else if c.Role {
+			res.roleOnly++
+		}
+		res.content += c.Content
+		res.reasoning += c.Reasoning
+		res.tools += c.ToolArgs
+		if c.Finish != "" {
+			res.finish = c.Finish
+		}
+		if c.Usage != nil {
+			res.usage = *c.Usage
+		}
+		if c.Err != "" {
+			res.err = c.Err
+		}
+		if c.Timings != nil {
+			res.timings = true
+		}
+		res.done = res.done || c.Done
+	}
+}
+
+func TestDecodeRecordedStreams(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		api  API
+		want streamResult
+	}{
+		{"vllm-chat.sse", OpenAIChat, streamResult{content: "Hello world", tokenEvents: 2, roleOnly: 1, finish: "length", usage: Usage{PromptTokens: 12, CompletionTokens: 2}, done: true}},
+		{"reasoning-crlf.sse", OpenAIChat, streamResult{content: "Answer", reasoning: "Let me think briefly.", tokenEvents: 3, roleOnly: 1, finish: "stop", usage: Usage{PromptTokens: 5, CompletionTokens: 4}, done: true}},
+		{"openai-toolcall.sse", OpenAIChat, streamResult{tools: `{"city":"Paris"}`, tokenEvents: 2, roleOnly: 1, finish: "tool_calls", usage: Usage{PromptTokens: 30, CompletionTokens: 9}, done: true}},
+		// Ollama's first chunk carries the role and the first text together.
+		{"ollama-chat.sse", OpenAIChat, streamResult{content: "Hi there", tokenEvents: 2, roleOnly: 1, finish: "stop", usage: Usage{PromptTokens: 20, CompletionTokens: 2}, done: true}},
+		{"completions-llamacpp.sse", OpenAICompletions, streamResult{content: " The end", tokenEvents: 2, finish: "length", done: true, timings: true}},
+		{"anthropic.sse", Anthropic, streamResult{content: "Hello!", tokenEvents: 2, roleOnly: 1, finish: "end_turn", usage: Usage{PromptTokens: 125, CompletionTokens: 15, CachedPromptTokens: 100}, done: true}},
+		{"anthropic-error.sse", Anthropic, streamResult{content: "Par", tokenEvents: 1, roleOnly: 1, err: "overloaded_error: Overloaded", usage: Usage{}}},
+		{"vllm-error.sse", OpenAIChat, streamResult{roleOnly: 1, err: "The model ran out of KV cache"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			got := decodeFile(t, tc.api, tc.file)
+			if got != tc.want {
+				t.Errorf("\ngot  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	dec := NewDecoder(OpenAIChat)
+	var c Chunk
+	err := dec.Decode(&sse.Event{Data: []byte(`{"choices":[{"delta":{"content":"x"`)}, &c)
+	if err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("want a malformed-chunk error, got %v", err)
+	}
+	// TGI's {"error": "..."} string form.
+	if err := dec.Decode(&sse.Event{Data: []byte(`{"error":"Input validation error","error_type":"validation"}`)}, &c); err != nil || c.Err != "Input validation error" {
+		t.Fatalf("TGI error: %v %+v", err, c)
+	}
+	if err := dec.Decode(&sse.Event{Type: []byte("error"), Data: []byte(`{"error":{"message":"boom"}}`)}, &c); err != nil || c.Err != "boom" {
+		t.Fatalf("error event: %v %+v", err, c)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, name := range []string{"vllm-chat.sse", "anthropic.sse", "openai-toolcall.sse"} {
+		b, _ := os.ReadFile(filepath.Join("testdata", name))
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok {
+				f.Add([]byte(d))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c Chunk
+		for _, api := range []API{OpenAIChat, Anthropic} {
+			_ = NewDecoder(api).Decode(&sse.Event{Data: data}, &c) // must not panic
+		}
+	})
+}
+
+func BenchmarkDecodeChatChunk(b *testing.B) {
+	ev := &sse.Event{Data: []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]}`)}
+	dec := NewDecoder(OpenAIChat)
+	var c Chunk
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := dec.Decode(ev, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
