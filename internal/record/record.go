@@ -41,6 +41,7 @@ type Record struct {
 	// Sent in closed loop); Sent is when the request was written.
 	Intended     time.Time `json:"intended"`
 	Sent         time.Time `json:"sent"`
+	Written      time.Time `json:"written,omitzero"` // request body fully written
 	FirstByte    time.Time `json:"first_byte,omitzero"`
 	FirstEvent   time.Time `json:"first_event,omitzero"`
 	FirstToken   time.Time `json:"first_token,omitzero"`

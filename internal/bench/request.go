@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sse"
+	"github.com/ttft-dev/ttft/internal/wire"
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+var (
+	errTTFTTimeout = errors.New("no first token within --ttft-timeout")
+	errTimeout     = errors.New("request exceeded --timeout")
+)
+
+// do sends one request and records it. It never returns an error: every
+// outcome is a record.
+func (r *Runner) do(ctx context.Context, req *workload.Request, intended time.Time) {
+	rec := &record.Record{
+		Index: req.Index, Warmup: req.Warmup, Source: "bench", Target: r.opt.Target,
+		API: string(r.opt.API), Model: r.opt.Request.Model,
+		Scenario: req.Scenario, Session: req.Session, Turn: req.Turn, Group: req.Group,
+		PromptTokens: req.PromptTokens, MaxTokens: req.MaxTokens, Intended: intended,
+	}
+	if r.opt.RunID != "" {
+		rec.ID = r.opt.RunID + "-" + strconv.Itoa(req.Index)
+	}
+	for _, o := range r.opt.Observers {
+		ctx = o.Start(ctx, req, rec)
+	}
+	r.inflight.Add(1)
+	text := r.send(ctx, req, rec)
+	r.inflight.Add(-1)
+	if r.opt.Tokenizer != nil && text != "" {
+		rec.OutputTokensTokenizer = r.opt.Tokenizer.Count(text)
+	}
+	r.finish(rec)
+	for _, o := range r.opt.Observers {
+		o.Done(ctx, rec)
+	}
+	if r.feedback != nil {
+		r.feedback.Done(req, workload.Result{OK: rec.OK(), Text: text, End: rec.End})
+	}
+}
+
+// send performs the HTTP exchange and fills rec; it returns the generated
+// text (all channels) for offline token counting and multi-turn history.
+func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Record) string {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if r.opt.Timeout > 0 {
+		t := time.AfterFunc(r.opt.Timeout, func() { cancel(errTimeout) })
+		defer t.Stop()
+	}
+	var gotToken atomic.Bool
+	if r.opt.TTFTTimeout > 0 {
+		t := time.AfterFunc(r.opt.TTFTTimeout, func() {
+			if !gotToken.Load() {
+				cancel(errTTFTTimeout)
+			}
+		})
+		defer t.Stop()
+	}
+
+	var dnsStart, connStart, tlsStart time.Time
+	trace := &httptrace.ClientTrace{
+		DNSStart:          func(httptrace.DNSStartInfo) { dnsStart = r.now() },
+		DNSDone:           func(httptrace.DNSDoneInfo) { rec.DNSMs = msSince(dnsStart, r.now()) },
+		ConnectStart:      func(string, string) { connStart = r.now() },
+		ConnectDone:       func(string, string, error) { rec.ConnectMs = msSince(connStart, r.now()) },
+		TLSHandshakeStart: func() { tlsStart = r.now() },
+		TLSHandshakeDone:  func(tls.ConnectionState, error) { rec.TLSMs = msSince(tlsStart, r.now()) },
+		GotConn:           func(i httptrace.GotConnInfo) { rec.ReusedConn = i.Reused },
+		WroteRequest:      func(httptrace.WroteRequestInfo) { rec.Written = r.now() },
+		GotFirstResponseByte: func() {
+			rec.FirstByte = r.now()
+		},
+	}
+	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, trace), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
+	if err != nil {
+		fail(rec, record.ErrClientRequest, err)
+		rec.Sent, rec.End = r.now(), r.now()
+		return ""
+	}
+	if rec.ID != "" {
+		hreq.Header.Set("X-Request-Id", rec.ID)
+	}
+	rec.Sent = r.now()
+	resp, err := r.client.Do(hreq)
+	if err != nil {
+		rec.End = r.now()
+		classify(ctx, rec, err)
+		return ""
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		rec.End = r.now()
+		fail(rec, record.ErrHTTPStatus, fmt.Errorf("HTTP %d: %s", resp.StatusCode, oneLine(body)))
+		return ""
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.Contains(ct, "event-stream") {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		rec.End = r.now()
+		fail(rec, record.ErrMalformed, fmt.Errorf("expected an event stream, got Content-Type %q: %s", ct, oneLine(body)))
+		return ""
+	}
+
+	rd := sse.NewReader(resp.Body, sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: r.now})
+	dec := wire.NewDecoder(r.opt.API)
+	var chunk wire.Chunk
+	var out strings.Builder
+	var last time.Time
+	if req.MaxTokens > 0 {
+		rec.ITLMs = make([]float64, 0, min(req.MaxTokens, 4096))
+	}
+	done := false
+	for !done {
+		ev, err := rd.Next()
+		if err != nil {
+			rec.End = r.now()
+			switch {
+			case errors.Is(err, io.EOF):
+				// Servers that end without [DONE]/message_stop but with a
+				// finish reason ended properly enough.
+				if rec.FinishReason == "" {
+					fail(rec, record.ErrStreamCut, errors.New("stream ended before its end marker"))
+				}
+			case errors.Is(err, sse.ErrTooLarge):
+				fail(rec, record.ErrMalformed, err)
+			default:
+				classify(ctx, rec, err)
+				if rec.ErrorClass == record.ErrConnect {
+					rec.ErrorClass = record.ErrStreamCut
+				}
+			}
+			break
+		}
+		if rec.FirstEvent.IsZero() {
+			rec.FirstEvent = ev.At
+		}
+		if err := dec.Decode(ev, &chunk); err != nil {
+			rec.End = ev.At
+			fail(rec, record.ErrMalformed, err)
+			break
+		}
+		if chunk.Err != "" {
+			rec.End = ev.At
+			fail(rec, record.ErrStreamError, errors.New(chunk.Err))
+			break
+		}
+		if chunk.HasToken() {
+			if rec.FirstToken.IsZero() {
+				rec.FirstToken = ev.At
+				gotToken.Store(true)
+			} else {
+				rec.ITLMs = append(rec.ITLMs, msSince(last, ev.At))
+				if ev.Coalesced {
+					rec.CoalescedEvents++
+				}
+			}
+			last = ev.At
+			rec.OutputEvents++
+			if chunk.Content != "" {
+				if rec.FirstContent.IsZero() {
+					rec.FirstContent = ev.At
+				}
+				out.WriteString(chunk.Content)
+			}
+			if chunk.Reasoning != "" {
+				rec.ReasoningEvents++
+				out.WriteString(chunk.Reasoning)
+			}
+			out.WriteString(chunk.ToolArgs)
+		}
+		if chunk.Finish != "" {
+			rec.FinishReason = chunk.Finish
+		}
+		if u := chunk.Usage; u != nil {
+			rec.PromptTokensUsage = u.PromptTokens
+			rec.OutputTokensUsage = u.CompletionTokens
+			rec.CachedPromptTokens = u.CachedPromptTokens
+		}
+		if chunk.Timings != nil {
+			rec.ServerTimings = chunk.Timings
+		}
+		if chunk.Done {
+			rec.End = ev.At
+			done = true
+		}
+	}
+	if rec.OK() && rec.FirstToken.IsZero() {
+		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
+	}
+	return out.String()
+}
+
+func fail(rec *record.Record, class string, err error) {
+	if rec.ErrorClass != "" {
+		return
+	}
+	rec.ErrorClass = class
+	rec.Error = err.Error()
+}
+
+// classify maps a transport error to an error class, telling our own
+// timeouts and the user's interrupt apart from network failures.
+func classify(ctx context.Context, rec *record.Record, err error) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errTTFTTimeout):
+		fail(rec, record.ErrTTFTTimeout, cause)
+		return
+	case errors.Is(cause, errTimeout):
+		fail(rec, record.ErrTimeout, cause)
+		return
+	case errors.Is(cause, context.Canceled):
+		fail(rec, record.ErrCanceled, errors.New("run interrupted"))
+		return
+	case errors.Is(cause, context.DeadlineExceeded):
+		fail(rec, record.ErrTimeout, cause)
+		return
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		fail(rec, record.ErrConnect, err)
+		return
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) || (rec.FirstByte.IsZero() && rec.Written.IsZero()) {
+		fail(rec, record.ErrConnect, err)
+		return
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || rec.FirstByte.IsZero() {
+		fail(rec, record.ErrStreamCut, err)
+		return
+	}
+	fail(rec, record.ErrStreamCut, err)
+}
+
+func msSince(from, to time.Time) float64 {
+	if from.IsZero() {
+		return 0
+	}
+	return float64(to.Sub(from)) / float64(time.Millisecond)
+}
+
+func oneLine(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}

@@ -1,0 +1,342 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/wire"
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// Sink receives each finished record; JSONL files, stores and live views
+// are sinks. Write is called from request goroutines, concurrently.
+type Sink interface {
+	Write(*record.Record) error
+}
+
+// Options configure a run.
+type Options struct {
+	API     wire.API
+	BaseURL string // see wire.BaseURL
+	Request wire.RequestOptions
+
+	// Closed loop: Concurrency workers each send the next request when their
+	// previous one ends. Open loop: Rate > 0 requests per second from the
+	// Arrival process, at most MaxConcurrency in flight (0 = unbounded).
+	Concurrency    int
+	Rate           float64
+	Arrival        string
+	Burstiness     float64
+	MaxConcurrency int
+	// RampUp spreads the closed-loop workers' first requests over this long.
+	RampUp time.Duration
+
+	// Requests is the number of measured requests (0 = until Duration or the
+	// source ends); Duration bounds the measured phase's dispatching.
+	Requests int
+	Duration time.Duration
+	// Warmup requests are sent first, recorded with Warmup set, and left out
+	// of statistics.
+	Warmup int
+
+	Timeout     time.Duration // whole request
+	TTFTTimeout time.Duration // until the first token
+
+	MaxEventBytes int
+	Seed          int64
+	// RunID prefixes each request's X-Request-Id.
+	RunID string
+	Target string // label for records
+
+	// Tokenizer counts output tokens offline (nil: skip).
+	Tokenizer workload.Tokenizer
+	Sinks     []Sink
+	Observers []Observer
+	// Client overrides the HTTP client (tests); by default a pooled client
+	// sized to the concurrency is built.
+	Client *http.Client
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Result is what a run produced.
+type Result struct {
+	Records     []record.Record // measured and warm-up records, canceled ones excluded
+	Canceled    int
+	SinkErrors  []error
+	Started     time.Time
+	Ended       time.Time
+	Interrupted bool
+}
+
+// Runner executes runs. It is safe to use one Runner per run.
+type Runner struct {
+	opt    Options
+	client *http.Client
+	now    func() time.Time
+
+	mu       sync.Mutex
+	recs     []record.Record
+	canceled int
+	sinkErrs []error
+
+	inflight  atomic.Int64
+	done      atomic.Int64
+	failed    atomic.Int64
+	progress  *Progress
+	feedback  workload.FeedbackSource
+}
+
+// New validates options and builds a runner.
+func New(opt Options) (*Runner, error) {
+	if opt.BaseURL == "" {
+		return nil, errors.New("bench: no target URL")
+	}
+	if opt.Rate <= 0 && opt.Concurrency <= 0 {
+		opt.Concurrency = 1
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Arrival == "" {
+		opt.Arrival = "poisson"
+	}
+	if opt.Burstiness == 0 {
+		opt.Burstiness = 1
+	}
+	r := &Runner{opt: opt, now: opt.Now, progress: newProgress()}
+	r.client = opt.Client
+	if r.client == nil {
+		r.client = &http.Client{Transport: NewTransport(max(opt.Concurrency, opt.MaxConcurrency, 64))}
+	}
+	return r, nil
+}
+
+// NewTransport is an HTTP transport that keeps a pooled keep-alive connection
+// per concurrent stream (Go's default of 2 idle per host would redial), and
+// never asks for compression, which would hold events back.
+func NewTransport(conns int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = conns + 16
+	t.MaxConnsPerHost = 0
+	t.IdleConnTimeout = 5 * time.Minute
+	t.DisableCompression = true
+	t.ResponseHeaderTimeout = 0
+	return t
+}
+
+// Progress exposes live counters of a running run.
+func (r *Runner) Progress() *Progress { return r.progress }
+
+// Run sends the workload and returns when it is exhausted, the limits are
+// reached, or ctx is canceled (Interrupted is then set; the records of
+// completed requests are returned and were already written to the sinks).
+func (r *Runner) Run(ctx context.Context, src workload.Source) (Result, error) {
+	start := r.now()
+	r.feedback, _ = src.(workload.FeedbackSource)
+	if r.opt.Warmup > 0 {
+		wctx, cancel := context.WithCancel(ctx)
+		err := r.closedLoop(wctx, src, min(max(r.opt.Concurrency, 1), r.opt.Warmup), r.opt.Warmup, 0, true)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			return r.result(start, false), err
+		}
+	}
+	var err error
+	if ctx.Err() == nil {
+		r.progress.begin(r.opt.Requests, r.now())
+		if r.opt.Rate > 0 {
+			err = r.openLoop(ctx, src)
+		} else {
+			err = r.closedLoop(ctx, src, r.opt.Concurrency, r.opt.Requests, r.opt.Duration, false)
+		}
+	}
+	res := r.result(start, ctx.Err() != nil)
+	return res, err
+}
+
+func (r *Runner) result(start time.Time, interrupted bool) Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Result{Records: r.recs, Canceled: r.canceled, SinkErrors: r.sinkErrs,
+		Started: start, Ended: r.now(), Interrupted: interrupted}
+}
+
+// next pulls one request, numbering it and applying warm-up.
+func (r *Runner) next(ctx context.Context, src workload.Source, idx *int, warm bool) (*workload.Request, error) {
+	req, err := src.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req.Index = *idx
+	*idx++
+	req.Warmup = warm
+	return req, nil
+}
+
+// closedLoop runs workers that each send the next request when the previous
+// ends. Requests come from one dispatcher so sources need not be
+// concurrency-safe.
+func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, limit int, dur time.Duration, warm bool) error {
+	// Requests run under ctx (a user's interrupt aborts them); --duration
+	// only stops dispatching, so requests in flight at the end complete.
+	dctx := ctx
+	if dur > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, dur)
+		defer cancel()
+	}
+	jobs := make(chan *workload.Request)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r.opt.RampUp > 0 && workers > 1 {
+				sleepUntil(dctx, r.now().Add(r.opt.RampUp*time.Duration(w)/time.Duration(workers)), r.now)
+			}
+			for req := range jobs {
+				r.do(ctx, req, r.now())
+			}
+		}()
+	}
+	var err error
+	idx := 0
+	if !warm {
+		idx = r.opt.Warmup
+	}
+	start := r.now()
+	for sent := 0; limit <= 0 || sent < limit; sent++ {
+		req, nerr := r.next(dctx, src, &idx, warm)
+		if nerr != nil {
+			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
+				err = fmt.Errorf("workload: %w", nerr)
+			}
+			break
+		}
+		if req.HasAt && !sleepUntil(dctx, start.Add(req.At), r.now) {
+			break
+		}
+		select {
+		case jobs <- req:
+		case <-dctx.Done():
+		}
+		if dctx.Err() != nil {
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return err
+}
+
+// openLoop sends on a schedule of intended times regardless of responses,
+// so slow responses cannot thin the load (no coordinated omission). Each
+// record keeps its intended time; lateness shows as schedule lag.
+func (r *Runner) openLoop(ctx context.Context, src workload.Source) error {
+	arr, err := workload.NewArrivals(r.opt.Arrival, r.opt.Rate, r.opt.Burstiness, r.opt.Seed)
+	if err != nil {
+		return err
+	}
+	dctx := ctx
+	if r.opt.Duration > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, r.opt.Duration)
+		defer cancel()
+	}
+	var sem chan struct{}
+	if r.opt.MaxConcurrency > 0 {
+		sem = make(chan struct{}, r.opt.MaxConcurrency)
+	}
+	var wg sync.WaitGroup
+	start := r.now()
+	next := start
+	idx := r.opt.Warmup
+	for sent := 0; r.opt.Requests <= 0 || sent < r.opt.Requests; sent++ {
+		req, nerr := r.next(dctx, src, &idx, false)
+		if nerr != nil {
+			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
+				err = fmt.Errorf("workload: %w", nerr)
+			}
+			break
+		}
+		intended := next
+		if req.HasAt {
+			intended = start.Add(req.At)
+		} else {
+			next = next.Add(arr.Next())
+		}
+		if !sleepUntil(dctx, intended, r.now) {
+			break
+		}
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-dctx.Done():
+			}
+			if dctx.Err() != nil {
+				break
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.do(ctx, req, intended)
+			if sem != nil {
+				<-sem
+			}
+		}()
+	}
+	wg.Wait()
+	return err
+}
+
+// sleepUntil waits for t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time, now func() time.Time) bool {
+	d := t.Sub(now())
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *Runner) finish(rec *record.Record) {
+	rec.Finalize()
+	if rec.ErrorClass == record.ErrCanceled {
+		r.mu.Lock()
+		r.canceled++
+		r.mu.Unlock()
+	}
+	var errs []error
+	for _, s := range r.opt.Sinks {
+		if err := s.Write(rec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.mu.Lock()
+	if rec.ErrorClass != record.ErrCanceled {
+		r.recs = append(r.recs, *rec)
+	}
+	if len(errs) > 0 && len(r.sinkErrs) < 10 {
+		r.sinkErrs = append(r.sinkErrs, errs...)
+	}
+	r.mu.Unlock()
+	if !rec.Warmup {
+		r.progress.observe(rec)
+	}
+}
