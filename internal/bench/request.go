@@ -91,12 +91,18 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 	if err != nil {
 		fail(rec, record.ErrClientRequest, err)
 		rec.Sent, rec.End = r.now(), r.now()
+		if rec.Intended.IsZero() {
+			rec.Intended = rec.Sent
+		}
 		return ""
 	}
 	if rec.ID != "" {
 		hreq.Header.Set("X-Request-Id", rec.ID)
 	}
 	rec.Sent = r.now()
+	if rec.Intended.IsZero() { // closed loop: no schedule to be late for
+		rec.Intended = rec.Sent
+	}
 	resp, err := r.client.Do(hreq)
 	if err != nil {
 		rec.End = r.now()

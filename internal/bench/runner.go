@@ -52,7 +52,7 @@ type Options struct {
 	MaxEventBytes int
 	Seed          int64
 	// RunID prefixes each request's X-Request-Id.
-	RunID string
+	RunID  string
 	Target string // label for records
 
 	// Tokenizer counts output tokens offline (nil: skip).
@@ -87,11 +87,11 @@ type Runner struct {
 	canceled int
 	sinkErrs []error
 
-	inflight  atomic.Int64
-	done      atomic.Int64
-	failed    atomic.Int64
-	progress  *Progress
-	feedback  workload.FeedbackSource
+	inflight atomic.Int64
+	done     atomic.Int64
+	failed   atomic.Int64
+	progress *Progress
+	feedback workload.FeedbackSource
 }
 
 // New validates options and builds a runner.
@@ -196,6 +196,7 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 	}
 	jobs := make(chan *workload.Request)
 	var wg sync.WaitGroup
+	start := r.now()
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -204,7 +205,11 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 				sleepUntil(dctx, r.now().Add(r.opt.RampUp*time.Duration(w)/time.Duration(workers)), r.now)
 			}
 			for req := range jobs {
-				r.do(ctx, req, r.now())
+				var intended time.Time
+				if req.HasAt {
+					intended = start.Add(req.At)
+				}
+				r.do(ctx, req, intended)
 			}
 		}()
 	}
@@ -213,7 +218,6 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 	if !warm {
 		idx = r.opt.Warmup
 	}
-	start := r.now()
 	for sent := 0; limit <= 0 || sent < limit; sent++ {
 		req, nerr := r.next(dctx, src, &idx, warm)
 		if nerr != nil {

@@ -1,7 +1,491 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ttft-dev/ttft/internal/bench"
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/stats"
+	"github.com/ttft-dev/ttft/internal/wire"
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+type benchOptions struct {
+	Target        string
+	API           string
+	Model         string
+	APIKey        string
+	Headers       []string
+	Timeout       time.Duration
+	TTFTTimeout   time.Duration
+	Out           string
+	Format        string
+	MaxErrorRate  float64
+	MaxEventBytes int
+	Temperature   float64
+	NoTemperature bool
+	NoUsage       bool
+	ExtraBody     string
+	SelfCheck     bool
+	NoProgress    bool
+	Labels        []string
+	DB            string
+	NoStore       bool
+	Quiet         bool
+
+	load loadOptions
+	work workloadOptions
+	obs  observeOptions
+	args []string
+}
 
 func newBenchCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "bench", RunE: func(*cobra.Command, []string) error { return usageErr("bench: not built yet") }}
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Measure TTFT, ITL, TPOT, end-to-end latency and throughput of a streaming endpoint",
+		Long: `Measure the time to first token of a streaming LLM endpoint (OpenAI
+chat/completions or completions, or Anthropic messages), with inter-token
+latency, time per output token, end-to-end latency, throughput and errors.
+
+With no --target, the built-in simulator (Llama-3.1-8B on one H100) is started
+in-process on a loopback port and measured over real HTTP.
+
+Every finished request is appended to DIR/requests.jsonl at once; summary.json
+and manifest.json are written at the end (also after Ctrl-C).`,
+		Example: `  ttft bench
+  ttft bench --target http://localhost:8000 --model meta-llama/Llama-3.1-8B-Instruct -c 16 -n 500
+  ttft bench --target https://api.openai.com --model gpt-4o-mini --rate 2 --duration 60s
+  ttft bench --target https://api.anthropic.com --api anthropic --model claude-3-5-haiku-latest
+  ttft bench --self-check`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.args = env.Args
+			_, err := runBench(cmd.Context(), env, o)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.Target, "target", "t", "", "base URL of the endpoint, with or without /v1 (default: the built-in simulator)")
+	f.StringVar(&o.API, "api", "openai-chat", "wire protocol: openai-chat, openai-completions or anthropic")
+	f.StringVarP(&o.Model, "model", "m", "", "model name (default: the first model the server lists at /v1/models)")
+	f.StringVar(&o.APIKey, "api-key", "", "API key (default: $OPENAI_API_KEY, or $ANTHROPIC_API_KEY for --api anthropic); never printed or stored")
+	f.StringArrayVarP(&o.Headers, "header", "H", nil, "extra request header 'Name: value' (repeatable)")
+	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit for a whole request")
+	f.DurationVar(&o.TTFTTimeout, "ttft-timeout", time.Minute, "limit until the first token")
+	f.StringVarP(&o.Out, "out", "o", "", "results directory (default: a new directory under the ttft data directory)")
+	f.StringVar(&o.Format, "format", "", "also write summary in another schema: vllm (vLLM benchmark_serving JSON)")
+	f.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.01, "exit 1 when the fraction of failed requests is above this")
+	f.IntVar(&o.MaxEventBytes, "max-event-bytes", 8<<20, "largest stream line or event accepted")
+	f.Float64Var(&o.Temperature, "temperature", 0.7, "sampling temperature sent with each request")
+	f.BoolVar(&o.NoTemperature, "no-temperature", false, "send no temperature (for models that refuse one)")
+	f.BoolVar(&o.NoUsage, "no-usage", false, "do not ask for stream_options.include_usage (servers that reject it)")
+	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
+	f.BoolVar(&o.SelfCheck, "self-check", false, "measure this client's own added TTFT error and event rate against an exact-timing server")
+	f.BoolVar(&o.NoProgress, "no-progress", false, "no live progress on stderr")
+	f.StringArrayVar(&o.Labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
+	f.StringVar(&o.DB, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
+	f.BoolVar(&o.NoStore, "no-store", false, "do not record the run in the results database")
+	f.BoolVarP(&o.Quiet, "quiet", "q", false, "print only the summary table")
+	addLoadFlags(f, &o.load)
+	addWorkloadFlags(f, &o.work)
+	addObserveFlags(f, &o.obs)
+	return cmd
+}
+
+// benchTarget is what a run measures.
+type benchTarget struct {
+	base, model, label string
+	server             map[string]any
+}
+
+// runBench runs one benchmark and writes its files; sweep calls it per point.
+func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, error) {
+	if err := o.load.validate(); err != nil {
+		return record.Summary{}, err
+	}
+	api, err := wire.ParseAPI(o.API)
+	if err != nil {
+		return record.Summary{}, usageErr("--api: %v", err)
+	}
+	if o.Format != "" && o.Format != "vllm" {
+		return record.Summary{}, usageErr("--format must be vllm, got %q", o.Format)
+	}
+	if o.MaxErrorRate < 0 || o.MaxErrorRate > 1 {
+		return record.Summary{}, usageErr("--max-error-rate must be between 0 and 1, got %v", o.MaxErrorRate)
+	}
+	reqOpt := wire.RequestOptions{Temperature: o.Temperature, NoTemperature: o.NoTemperature, NoUsage: o.NoUsage, Headers: http.Header{}}
+	for _, h := range o.Headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return record.Summary{}, usageErr("--header %q: want 'Name: value'", h)
+		}
+		reqOpt.Headers.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if o.ExtraBody != "" {
+		if err := json.Unmarshal([]byte(o.ExtraBody), &reqOpt.ExtraBody); err != nil {
+			return record.Summary{}, usageErr("--extra-body is not a JSON object: %v", err)
+		}
+	}
+	reqOpt.APIKey = o.APIKey
+	if reqOpt.APIKey == "" {
+		if api == wire.Anthropic {
+			reqOpt.APIKey = env.getenv("ANTHROPIC_API_KEY")
+		} else if o.Target != "" {
+			reqOpt.APIKey = env.getenv("OPENAI_API_KEY")
+		}
+	}
+	if o.SelfCheck {
+		return record.Summary{}, runSelfCheck(ctx, env, o)
+	}
+
+	src, scenario, tok, err := o.work.build(env)
+	if err != nil {
+		return record.Summary{}, err
+	}
+	tgt, stop, err := resolveTarget(ctx, env, o, api, &reqOpt)
+	if err != nil {
+		return record.Summary{}, err
+	}
+	defer stop()
+	reqOpt.Model = tgt.model
+
+	runID := newRunID(time.Now())
+	out := o.Out
+	if out == "" {
+		out = filepath.Join(dataDir(env), "runs", runID)
+	}
+	jsonl, err := record.NewJSONLWriter(filepath.Join(out, "requests.jsonl"))
+	if err != nil {
+		return record.Summary{}, usageErr("--out: %v", err)
+	}
+	defer jsonl.Close()
+	scenarioName := ""
+	if scenario != nil {
+		scenarioName = scenario.Name
+	}
+	man := record.Manifest{
+		Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(),
+		Command: "bench", Args: redactArgs(o.args), Source: "bench", Target: tgt.label, API: string(api),
+		Model: tgt.model, Scenario: scenarioName, Host: hostInfo(), Started: time.Now(),
+		Labels: parseLabels(o.Labels), Server: tgt.server,
+	}
+	if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
+		return record.Summary{}, err
+	}
+
+	observers, stopObs, err := o.obs.start(ctx, env, tgt.base)
+	if err != nil {
+		return record.Summary{}, err
+	}
+	runner, err := bench.New(bench.Options{
+		API: api, BaseURL: tgt.base, Request: reqOpt,
+		Concurrency: o.load.Concurrency, Rate: o.load.Rate, Arrival: o.load.Arrival, Burstiness: o.load.Burstiness,
+		MaxConcurrency: o.load.MaxConcurrency, RampUp: o.load.RampUp,
+		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
+		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes,
+		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
+		Sinks: []bench.Sink{jsonl}, Observers: observers,
+	})
+	if err != nil {
+		return record.Summary{}, usageErr("%v", err)
+	}
+	if !o.Quiet {
+		fmt.Fprintf(env.Stderr, "ttft bench: %s, model %s, %s; results in %s\n", tgt.label, tgt.model, loadLine(&o.load), out)
+	}
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		if o.NoProgress || o.Quiet {
+			<-stopProgress
+			return
+		}
+		bench.Display(env.Stderr, runner.Progress(), env.IsTerminal, 10*time.Second, stopProgress)
+	}()
+	cpu0, wall0 := cpuTime(), time.Now()
+	res, runErr := runner.Run(ctx, src)
+	cpuUsed, wall := cpuTime()-cpu0, time.Since(wall0)
+	close(stopProgress)
+	<-progressDone
+
+	// What follows must happen even after Ctrl-C.
+	post := context.WithoutCancel(ctx)
+	sum := stats.Summarize(res.Records, stats.SummaryOptions{Source: "bench", Target: tgt.label, API: string(api), Model: tgt.model, Scenario: scenarioName, Seed: o.work.Seed})
+	if res.Interrupted {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
+	}
+	for _, e := range res.SinkErrors {
+		sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
+	}
+	if share := cpuUsed.Seconds() / wall.Seconds() / float64(runtime.GOMAXPROCS(0)); wall > time.Second && share > 0.8 {
+		who := "the client"
+		if o.Target == "" {
+			who = "the client and the in-process simulator"
+		}
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s used %.0f%% of %d CPUs: latencies may include client-side queueing", who, 100*share, runtime.GOMAXPROCS(0)))
+	}
+	if scenario != nil {
+		verdicts, goodput := scenario.Evaluate(sum, res.Records)
+		sum.SLO, sum.Goodput = verdicts, &goodput
+	}
+	sum.Warnings = append(sum.Warnings, stopObs(post)...)
+	man.Ended, man.Interrupted = time.Now(), res.Interrupted
+	var werr []error
+	werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
+	werr = append(werr, record.WriteJSON(filepath.Join(out, "manifest.json"), man))
+	if o.Format == "vllm" {
+		werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.vllm.json"), vllmSummary(sum, res.Records, tgt, o)))
+	}
+	werr = append(werr, jsonl.Close())
+	if err := errors.Join(werr...); err != nil {
+		return sum, err
+	}
+	if !o.NoStore {
+		if id, err := storeRun(post, env, o.DB, out, man, sum, res.Records); err != nil {
+			fmt.Fprintf(env.Stderr, "ttft bench: warning: results are in %s but not in the results database: %v\n", out, err)
+		} else if id != "" && !o.Quiet {
+			fmt.Fprintf(env.Stderr, "ttft bench: stored as run %s\n", id)
+		}
+	}
+	printSummary(env.Stdout, &sum, &man, out)
+	if runErr != nil {
+		return sum, fmt.Errorf("run stopped early: %w", runErr)
+	}
+	if res.Interrupted {
+		return sum, &exitError{code: 130, err: errors.New("interrupted")}
+	}
+	if total := sum.Requests.Total; total > 0 {
+		if rate := float64(sum.Requests.Failed) / float64(total); rate > o.MaxErrorRate {
+			return sum, failErr("%d of %d requests failed (%.1f%% > --max-error-rate %.1f%%)", sum.Requests.Failed, total, 100*rate, 100*o.MaxErrorRate)
+		}
+	}
+	if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
+		return sum, failErr("scenario %s: SLO not met", scenarioName)
+	}
+	return sum, nil
+}
+
+// resolveTarget starts the built-in simulator when no target was given, and
+// checks that the target answers, asking /v1/models for the model when none
+// was named.
+func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API, reqOpt *wire.RequestOptions) (benchTarget, func(), error) {
+	noop := func() {}
+	if o.Target == "" {
+		cfg := sim.DefaultServerConfig()
+		srv, err := sim.StartServer(ctx, cfg)
+		if err != nil {
+			return benchTarget{}, noop, fmt.Errorf("starting the built-in simulator: %w", err)
+		}
+		d := srv.Deployment()
+		t := benchTarget{base: srv.URL(), model: srv.ModelName(),
+			label:  fmt.Sprintf("built-in simulator (%s)", d.Name()),
+			server: map[string]any{"simulator": d.Name()}}
+		if o.Model != "" && o.Model != t.model {
+			srv.Close()
+			return benchTarget{}, noop, usageErr("the built-in simulator serves %q; --model %q needs --target", t.model, o.Model)
+		}
+		return t, func() { srv.Close() }, nil
+	}
+	base, err := wire.BaseURL(o.Target)
+	if err != nil {
+		return benchTarget{}, noop, usageErr("--target: %v", err)
+	}
+	t := benchTarget{base: base, model: o.Model, label: base, server: map[string]any{}}
+	models, hdr, err := listModels(ctx, base, api, reqOpt)
+	if err != nil {
+		var ue *unreachableError
+		if errors.As(err, &ue) {
+			return t, noop, usageErr("cannot reach %s: %v", base, ue.err)
+		}
+		if t.model == "" {
+			return t, noop, usageErr("--model not given and the model list at %s/v1/models could not be read: %v", base, err)
+		}
+	}
+	if len(models) > 0 {
+		t.server["models"] = models
+	}
+	if s := hdr.Get("Server"); s != "" {
+		t.server["server_header"] = s
+	}
+	if t.model == "" {
+		if len(models) == 0 {
+			return t, noop, usageErr("--model not given and %s/v1/models lists no model", base)
+		}
+		t.model = models[0]
+		fmt.Fprintf(env.Stderr, "ttft bench: no --model given; using %q, the first of %d listed by the server\n", t.model, len(models))
+	}
+	return t, noop, nil
+}
+
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+
+func listModels(ctx context.Context, base string, api wire.API, reqOpt *wire.RequestOptions) ([]string, http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, vs := range reqOpt.Headers {
+		req.Header[k] = vs
+	}
+	if reqOpt.APIKey != "" {
+		if api == wire.Anthropic {
+			req.Header.Set("x-api-key", reqOpt.APIKey)
+			req.Header.Set("anthropic-version", wire.AnthropicVersion)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+reqOpt.APIKey)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, &unreachableError{err}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, resp.Header, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+		Models []struct { // Ollama's native /api/tags shape, in case a proxy serves it
+			Name string `json:"name"`
+		} `json:"models"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, resp.Header, fmt.Errorf("malformed model list: %v", err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	for _, m := range list.Models {
+		ids = append(ids, m.Name)
+	}
+	return ids, resp.Header, nil
+}
+
+func loadLine(l *loadOptions) string {
+	var parts []string
+	if l.Rate > 0 {
+		s := fmt.Sprintf("%g req/s %s", l.Rate, l.Arrival)
+		if l.MaxConcurrency > 0 {
+			s += fmt.Sprintf(" (max %d in flight)", l.MaxConcurrency)
+		}
+		parts = append(parts, s)
+	} else {
+		parts = append(parts, fmt.Sprintf("concurrency %d", l.Concurrency))
+	}
+	if l.Requests > 0 {
+		parts = append(parts, fmt.Sprintf("%d requests", l.Requests))
+	}
+	if l.Duration > 0 {
+		parts = append(parts, "for "+l.Duration.String())
+	}
+	if l.Warmup > 0 {
+		parts = append(parts, fmt.Sprintf("%d warm-up", l.Warmup))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func newRunID(t time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return t.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// dataDir is where ttft keeps runs and its database by default.
+func dataDir(env *Env) string {
+	if d := env.getenv("TTFT_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := env.getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "ttft")
+	}
+	if h := env.getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "share", "ttft")
+	}
+	return filepath.Join(os.TempDir(), "ttft")
+}
+
+func parseLabels(kvs []string) map[string]string {
+	if len(kvs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m
+}
+
+// redactArgs hides secrets from the recorded command line.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	redactNext := false
+	for i, a := range args {
+		switch {
+		case redactNext:
+			out[i], redactNext = "REDACTED", false
+		case a == "--api-key":
+			out[i], redactNext = a, true
+		case strings.HasPrefix(a, "--api-key="):
+			out[i] = "--api-key=REDACTED"
+		case a == "--header" || a == "-H":
+			out[i] = a
+			if i+1 < len(args) && isSecretHeader(args[i+1]) {
+				redactNext = true
+			}
+		case strings.HasPrefix(a, "--header=") && isSecretHeader(strings.TrimPrefix(a, "--header=")):
+			out[i] = "--header=REDACTED"
+		default:
+			out[i] = a
+		}
+	}
+	return out
+}
+
+func isSecretHeader(h string) bool {
+	k, _, _ := strings.Cut(strings.ToLower(h), ":")
+	k = strings.TrimSpace(k)
+	return k == "authorization" || k == "x-api-key" || k == "api-key" || strings.Contains(k, "token") || strings.Contains(k, "secret")
+}
+
+func hostInfo() record.Host {
+	h, _ := os.Hostname()
+	return record.Host{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+}
+
+func version() string {
+	return Version
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,9 +1,246 @@
 package cli
 
-// STUB: replaced by the owner of this capability.
+// ttft gateway: the SLO-aware routing reverse proxy, plus its helpers
+// (validate, hash-key, eval).
 
-import "github.com/spf13/cobra"
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ttft-dev/ttft/internal/gateway"
+	"github.com/ttft-dev/ttft/internal/gateway/eval"
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/telemetry"
+)
 
 func newGatewayCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "gateway", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("gateway: not available in this build") }}
+	var (
+		configPath string
+		backends   []string
+		listen     string
+		policy     string
+		sloClass   string
+		noLog      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Route LLM requests to the backend most likely to meet their TTFT SLO",
+		Long: `An OpenAI- and Anthropic-compatible reverse proxy (/v1/chat/completions,
+/v1/completions, /v1/messages, /v1/models) that picks a backend per request:
+round-robin, random, least-outstanding, power-of-two, prefix-affinity,
+cache-aware or slo-predictive (default: online per-backend TTFT predictors,
+best SLO headroom). Streams pass through event by event; failures before the
+first byte are retried on another backend. Metrics on /metrics, health on
+/healthz, JSON access log on stderr.
+
+Backends come from --config FILE (YAML; reloaded on change or SIGHUP) or,
+to try it, from --backend URL (repeatable, optionally name=URL).
+
+A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
+(120/320/650 ms P95 TTFT), else the route's or the configured default.`,
+		Example: `  ttft sim serve --port 8001 & ttft sim serve --port 8002 &
+  ttft gateway --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
+  ttft gateway --config gateway.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cfg *gateway.Config
+			var err error
+			switch {
+			case configPath != "" && len(backends) > 0:
+				return usageErr("gateway: use --config or --backend, not both")
+			case configPath != "":
+				cfg, err = gateway.LoadConfig(configPath, env.getenv)
+			case len(backends) > 0:
+				cfg, err = gateway.FromBackendURLs(backends)
+			default:
+				return usageErr("gateway: no backends: pass --config FILE or --backend URL (see 'ttft gateway --help')")
+			}
+			if err != nil {
+				return usageErr("gateway: %v", err)
+			}
+			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
+				cfg.Listen = listen
+			}
+			if cmd.Flags().Changed("policy") {
+				cfg.Policy = policy
+			}
+			if cmd.Flags().Changed("slo-class") {
+				cfg.SLOClass = sloClass
+			}
+			if noLog {
+				off := false
+				cfg.AccessLog = &off
+			}
+			if err := cfg.Validate(env.getenv); err != nil {
+				return usageErr("gateway: %v", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			tp, shutdown, err := telemetry.SetupTracing(ctx, env.getenv, "ttft-gateway")
+			if err != nil {
+				return usageErr("gateway: tracing: %v", err)
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				shutdown(sctx)
+			}()
+			log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
+			g, err := gateway.New(*cfg, gateway.Options{Logger: log, TracerProvider: tp, Getenv: env.getenv})
+			if err != nil {
+				return usageErr("gateway: %v", err)
+			}
+			defer g.Close()
+			if configPath != "" {
+				go g.WatchFile(ctx, configPath)
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				go func() {
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-hup:
+							g.ReloadFile(configPath)
+						}
+					}
+				}()
+			}
+			c := g.Config()
+			log.Info("gateway listening", "addr", c.Listen, "policy", c.Policy, "backends", len(c.Backends))
+			if err := g.ListenAndServe(ctx, c.Listen); err != nil {
+				return usageErr("gateway: %v", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&configPath, "config", "c", "", "gateway YAML configuration (see docs/gateway.md)")
+	f.StringArrayVar(&backends, "backend", nil, "backend base URL, or name=URL; repeatable (speaks OpenAI and Anthropic, any model)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
+	f.StringVar(&policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
+	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
+	f.BoolVar(&noLog, "no-access-log", false, "disable the JSON access log")
+	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
+	return cmd
+}
+
+func newGatewayValidateCmd(env *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check a gateway configuration (errors name file, line and field)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cfg, err := gateway.LoadConfig(args[0], env.getenv)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			fmt.Fprintf(env.Stdout, "%s: ok (%d backends, %d routes, %d keys, policy %s)\n", args[0], len(cfg.Backends), len(cfg.Routes), len(cfg.Keys), cfg.Policy)
+			return nil
+		},
+	}
+}
+
+func newGatewayHashKeyCmd(env *Env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "hash-key",
+		Short: "Read a client API key on stdin and print the sha256 to put in the config",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if env.Stdin == nil {
+				return usageErr("hash-key: no standard input")
+			}
+			line, err := bufio.NewReader(env.Stdin).ReadString('\n')
+			key := strings.TrimSpace(line)
+			if key == "" {
+				return usageErr("hash-key: no key on standard input (%v)", err)
+			}
+			fmt.Fprintln(env.Stdout, gateway.HashKey(key))
+			return nil
+		},
+	}
+}
+
+func newGatewayEvalCmd(env *Env) *cobra.Command {
+	var (
+		rates    []float64
+		requests int
+		policies []string
+		sloMs    float64
+		seed     uint64
+		groups   int
+		prefix   int
+		suffix   int
+	)
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Compare scheduling policies on a simulated heterogeneous fleet",
+		Long: `Runs every policy against the same shared-prefix workload on a simulated
+fleet (2× H100 + 2× A10G serving Llama-3.1-8B, the ttft simulator's engine on
+a virtual clock) at each rate, and prints mean/P50/P95/P99 TTFT, SLO
+attainment, goodput and prefix-cache hit rate as a Markdown table.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt := eval.DefaultOptions()
+			if len(rates) > 0 {
+				opt.Rates = rates
+			}
+			for _, r := range opt.Rates {
+				if r <= 0 {
+					return usageErr("eval: --rates: %g is not a positive rate", r)
+				}
+			}
+			if requests < 20 {
+				return usageErr("eval: --requests must be at least 20")
+			}
+			opt.Requests = requests
+			if len(policies) > 0 {
+				for _, p := range policies {
+					if _, err := sched.New(sched.Options{Policy: p}, nil); err != nil {
+						return usageErr("eval: --policies: %v", err)
+					}
+				}
+				opt.Policies = policies
+			}
+			if sloMs <= 0 {
+				return usageErr("eval: --slo-ms must be positive")
+			}
+			opt.SLO = time.Duration(sloMs * float64(time.Millisecond))
+			if groups < 1 || prefix < 1 {
+				return usageErr("eval: --groups and --prefix-tokens must be positive")
+			}
+			opt.Workload.Groups, opt.Workload.PrefixTokens = groups, prefix
+			if suffix <= opt.Workload.SuffixMin {
+				return usageErr("eval: --suffix-max must exceed %d", opt.Workload.SuffixMin)
+			}
+			opt.Workload.SuffixMax = suffix
+			opt.Seed = seed
+			rows, err := eval.Run(cmd.Context(), opt)
+			if err != nil {
+				return failErr("eval: %v", err)
+			}
+			eval.Format(env.Stdout, rows, opt.SLO)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Float64SliceVar(&rates, "rates", nil, "arrival rates in requests/s (default 10,20,30,40)")
+	f.IntVar(&requests, "requests", 2000, "requests per policy and rate (the first 10% are warm-up)")
+	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
+	f.Float64Var(&sloMs, "slo-ms", 320, "TTFT SLO in milliseconds")
+	f.Uint64Var(&seed, "seed", 1, "random seed (workload and scheduler)")
+	f.IntVar(&groups, "groups", eval.DefaultOptions().Workload.Groups, "tenants, each with its own shared system prompt")
+	f.IntVar(&suffix, "suffix-max", eval.DefaultOptions().Workload.SuffixMax, "longest unique (uncached) part of a prompt, in tokens")
+	f.IntVar(&prefix, "prefix-tokens", eval.DefaultOptions().Workload.PrefixTokens, "tokens of each tenant's shared system prompt")
+	return cmd
 }

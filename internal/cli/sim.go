@@ -1,13 +1,552 @@
 package cli
 
-// STUB: replaced by the owner of this capability.
+// ttft sim (serve, run, validate, catalog) and ttft plan: the vLLM-like
+// engine simulator, live over HTTP or offline on a virtual clock.
 
-import "github.com/spf13/cobra"
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/stats"
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// simDeployFlags are the engine flags, named like vLLM's.
+type simDeployFlags struct {
+	cfg       sim.Config
+	catalogs  []string
+	specToks  int
+	specAcc   float64
+	specDraft string
+	noChunked bool
+}
+
+func (f *simDeployFlags) add(fs *pflag.FlagSet) {
+	c := &f.cfg
+	fs.StringVar(&c.Model, "model", "llama-3.1-8b", "model from the catalog (name, alias or HuggingFace id; see 'ttft sim catalog')")
+	fs.StringVar(&c.GPU, "gpu", "h100-sxm", "accelerator from the catalog")
+	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "tensor-parallel GPUs per replica")
+	fs.StringVar(&c.Quantization, "quantization", "", "weight quantization: fp8 (W8A8 where the GPU has FP8), int8, awq/gptq/int4 (weight-only); empty: 16-bit")
+	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
+	fs.BoolVar(&c.EnablePrefixCaching, "enable-prefix-caching", false, "reuse KV blocks of identical prompt prefixes")
+	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "maximum sequences per batch")
+	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per engine step (0: 8192)")
+	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and KV cache")
+	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "maximum tokens per sequence (0: the model's)")
+	fs.IntVar(&c.BlockSize, "block-size", 16, "KV cache block size in tokens")
+	fs.BoolVar(&f.noChunked, "no-enable-chunked-prefill", false, "schedule whole prompts only")
+	fs.StringVar(&c.Scheduler, "scheduler", "v1", "v1 (vLLM ≥ 0.8: chunked prefill mixed with decodes) or v0 (vLLM ≤ 0.6: prefill steps first, never mixed)")
+	fs.StringVar(&c.Engine, "engine-profile", "vllm", "calibrated overhead profile: vllm, trtllm, sglang or one from --catalog")
+	fs.IntVar(&f.specToks, "num-speculative-tokens", 0, "speculative decoding: draft tokens per step (0: off)")
+	fs.Float64Var(&f.specAcc, "spec-acceptance", 0.7, "speculative decoding: per-token acceptance probability")
+	fs.StringVar(&f.specDraft, "speculative-model", "", "speculative decoding: draft model from the catalog (empty: free n-gram drafter)")
+	fs.Float64Var(&c.Jitter, "jitter", 0, "relative standard deviation of step times (0: deterministic)")
+	fs.Int64Var(&c.Seed, "sim-seed", 0, "seed for step-time jitter")
+	fs.StringArrayVar(&f.catalogs, "catalog", nil, "extra catalog file: YAML (models/gpus/engines) or a HuggingFace config.json; repeatable")
+}
+
+func (f *simDeployFlags) build() (sim.Config, *sim.Catalog, error) {
+	cat := sim.DefaultCatalog()
+	for _, p := range f.catalogs {
+		if err := cat.LoadFile(p); err != nil {
+			return sim.Config{}, nil, usageErr("--catalog: %v", err)
+		}
+	}
+	c := f.cfg
+	c.DisableChunkedPrefill = f.noChunked
+	if f.specToks > 0 {
+		c.Speculative = sim.SpecConfig{NumSpeculativeTokens: f.specToks, Acceptance: f.specAcc, DraftModel: f.specDraft}
+	}
+	return c, cat, nil
+}
 
 func newSimCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "sim", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("sim: not available in this build") }}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a vLLM-like serving engine (live server or offline run)",
+		Long: `The simulator models continuous batching, chunked prefill, a paged KV cache
+with prefix caching, preemption and a calibrated roofline step time.
+
+  ttft sim serve     serve the OpenAI API on loopback, tokens at simulated times
+  ttft sim run       simulate a workload on a virtual clock, write summary.json
+  ttft sim validate  predicted vs published TTFT
+  ttft sim catalog   list the known models, GPUs and engine profiles`,
+	}
+	cmd.AddCommand(newSimServeCmd(env), newSimRunCmd(env), newSimValidateCmd(env), newSimCatalogCmd(env))
+	return cmd
+}
+
+func newSimServeCmd(env *Env) *cobra.Command {
+	var (
+		dep                        simDeployFlags
+		host                       string
+		port, replicas, defaultMax int
+		fleetFile, served          string
+		faults                     sim.FaultConfig
+		startup                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a simulated model over the OpenAI API (chat/completions, completions, models, health, metrics)",
+		Example: `  ttft sim serve --model meta-llama/Meta-Llama-3-70B-Instruct --gpu a100-80gb \
+      --tensor-parallel-size 4 --kv-cache-dtype fp8 --enable-prefix-caching --max-num-seqs 256
+  ttft sim serve --replicas 3 --port 8000          # ports 8000, 8001, 8002
+  ttft sim serve --fleet fleet.yaml                # heterogeneous replicas`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, cat, err := dep.build()
+			if err != nil {
+				return err
+			}
+			if host != "127.0.0.1" && host != "localhost" && host != "::1" {
+				fmt.Fprintf(env.Stderr, "warning: listening on %s exposes the simulator beyond this machine\n", host)
+			}
+			base := sim.ServerConfig{Config: cfg, Addr: fmt.Sprintf("%s:%d", host, port), ServedModelName: served, DefaultMaxTokens: defaultMax, Faults: faults, StartupDelay: startup, Catalog: cat}
+			var cfgs []sim.ServerConfig
+			if fleetFile != "" {
+				b, err := os.ReadFile(fleetFile)
+				if err != nil {
+					return usageErr("--fleet: %v", err)
+				}
+				cfgs, err = sim.ParseFleet(b)
+				if err != nil {
+					return usageErr("--fleet %s: %v", fleetFile, err)
+				}
+				for i := range cfgs {
+					cfgs[i].Catalog = cat
+					if i == 0 && cfgs[i].Addr == "" {
+						cfgs[i].Addr = base.Addr
+					}
+				}
+			} else {
+				if replicas < 1 {
+					return usageErr("--replicas must be at least 1, got %d", replicas)
+				}
+				for i := 0; i < replicas; i++ {
+					c := base
+					if i > 0 {
+						c.Addr = ""
+					}
+					cfgs = append(cfgs, c)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			servers, err := sim.StartFleet(ctx, cfgs)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			for _, s := range servers {
+				d := s.Deployment()
+				fmt.Fprintf(env.Stdout, "serving %s (%s, %d KV blocks = %d tokens) at %s/v1\n", s.ModelName(), d.Name(), d.NumBlocks, d.NumBlocks*d.BlockSize, s.URL())
+			}
+			<-ctx.Done()
+			for _, s := range servers {
+				_ = s.Close()
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	dep.add(fs)
+	fs.StringVar(&host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&port, "port", 8000, "port of the first replica (0: any free port)")
+	fs.IntVar(&replicas, "replicas", 1, "identical replicas on consecutive ports")
+	fs.StringVar(&fleetFile, "fleet", "", "fleet YAML of heterogeneous replicas (see docs/simulator.md)")
+	fs.StringVar(&served, "served-model-name", "", "model id clients send (default: the catalog name)")
+	fs.IntVar(&defaultMax, "default-max-tokens", 256, "output tokens when a request sets no max_tokens")
+	fs.Float64Var(&faults.ErrorRate, "fault-error-rate", 0, "fraction of requests answered with --fault-error-status")
+	fs.IntVar(&faults.ErrorStatus, "fault-error-status", 500, "HTTP status of injected errors")
+	fs.DurationVar(&faults.SlowStart, "fault-slow-start", 0, "hold every response (headers included) this long")
+	fs.DurationVar(&faults.StallFirst, "fault-stall-first", 0, "hold every first token this long")
+	fs.DurationVar(&faults.StallMid, "fault-stall-mid", 0, "pause every stream this long mid-way")
+	fs.IntVar(&faults.StallMidAfter, "fault-stall-mid-after", 0, "token after which --fault-stall-mid pauses (0: half way)")
+	fs.IntVar(&faults.CutAfter, "fault-cut-after", 0, "cut every stream's connection after this many tokens (0: never)")
+	fs.DurationVar(&startup, "startup-delay", 0, "answer 503 (health included) for this long after start")
+	return cmd
+}
+
+func newSimRunCmd(env *Env) *cobra.Command {
+	var (
+		dep         simDeployFlags
+		wl          workloadOptions
+		load        loadOptions
+		out         string
+		seed        int64
+		textPrompts bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Simulate a workload on a virtual clock and write bench-compatible results",
+		Example: `  ttft sim run --model llama-3-70b --gpu a100-80gb --tensor-parallel-size 4 \
+      --prompt-tokens 2048 --max-tokens 128 --rate 8 --requests 2000 --out runs/sim70b`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, cat, err := dep.build()
+			if err != nil {
+				return err
+			}
+			d, err := sim.Resolve(cat, cfg)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if err := load.validate(); err != nil {
+				return err
+			}
+			if load.Requests == 0 && load.Duration == 0 {
+				return usageErr("give --requests or --duration: a simulation needs an end")
+			}
+			var (
+				src  workload.Source
+				scen *workload.Scenario
+				tok  workload.Tokenizer
+			)
+			if !textPrompts && lengthOnlyWorkload(cmd.Flags()) {
+				// The engine needs lengths (and prefix identity), not text:
+				// skip generating and tokenising prompts.
+				minTok := wl.MinTokens
+				if wl.IgnoreEOS {
+					minTok = wl.MaxTokens
+				}
+				if wl.PromptTokens < 1 || wl.MaxTokens < 1 || minTok < 0 || minTok > wl.MaxTokens {
+					return usageErr("--prompt-tokens and --max-tokens must be at least 1 and --min-tokens between 0 and --max-tokens")
+				}
+				src = &sim.LengthSource{PromptTokens: wl.PromptTokens, MaxTokens: wl.MaxTokens, MinTokens: minTok, Same: wl.SamePrompt}
+			} else if src, scen, tok, err = wl.build(env); err != nil {
+				return err
+			}
+			opt := sim.RunOptions{Concurrency: load.Concurrency, Requests: load.Requests, Duration: load.Duration, Warmup: load.Warmup, RampUp: load.RampUp,
+				Seed: uint64(seed), Tokenizer: tok, Start: time.Now().UTC()}
+			if load.Rate > 0 {
+				// --rate overrides --concurrency, as in bench.
+				arr, err := workload.NewArrivals(load.Arrival, load.Rate, load.Burstiness, seed)
+				if err != nil {
+					return usageErr("--arrival: %v", err)
+				}
+				opt.Concurrency, opt.Rate, opt.NextGap, opt.MaxInFlight = 0, load.Rate, arr.Next, load.MaxConcurrency
+			}
+			var w *record.JSONLWriter
+			if out != "" {
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					return usageErr("--out: %v", err)
+				}
+				if w, err = record.NewJSONLWriter(filepath.Join(out, "requests.jsonl")); err != nil {
+					return usageErr("--out: %v", err)
+				}
+				defer w.Close()
+			}
+			var recs []record.Record
+			wall := time.Now()
+			st, err := sim.Run(cmd.Context(), d, src, opt, func(r *record.Record) error {
+				recs = append(recs, *r)
+				if w != nil {
+					return w.Write(r)
+				}
+				return nil
+			})
+			if err != nil {
+				return failErr("simulation: %v", err)
+			}
+			elapsed := time.Since(wall)
+			scenario := ""
+			if scen != nil {
+				scenario = scen.Name
+			}
+			target := "sim://" + d.Name()
+			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed})
+			sum.Warnings = append(sum.Warnings, fmt.Sprintf("simulated: %s of virtual time in %s of CPU wall time, %d engine steps, %d preemptions, prefix-cache hit rate %.1f%%",
+				st.Virtual.Round(time.Millisecond), elapsed.Round(time.Millisecond), st.Steps, st.Engine.Preemptions, 100*hitRate(st.Engine)))
+			if out != "" {
+				if err := w.Close(); err != nil {
+					return failErr("writing requests.jsonl: %v", err)
+				}
+				if err := record.WriteJSON(filepath.Join(out, "summary.json"), sum); err != nil {
+					return failErr("%v", err)
+				}
+				host, _ := os.Hostname()
+				man := record.Manifest{Schema: record.ManifestSchema, Tool: "ttft", ToolVersion: Version, Command: "sim run", Args: env.Args, Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
+					Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
+					Started: opt.Start, Ended: opt.Start.Add(st.Virtual),
+					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": "1", "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
+						"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
+					Flags: changedFlags(cmd.Flags())}
+				if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
+					return failErr("%v", err)
+				}
+			}
+			printSimSummary(env, d, sum)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	dep.add(fs)
+	addWorkloadFlags(fs, &wl)
+	addLoadFlags(fs, &load)
+	fs.StringVar(&out, "out", "", "directory for requests.jsonl, summary.json and manifest.json")
+	fs.Int64Var(&seed, "load-seed", 1, "seed for arrivals and the bootstrap")
+	fs.BoolVar(&textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
+	return cmd
+}
+
+// lengthOnlyWorkload reports whether the workload flags given describe a
+// fixed-length workload, which sim.LengthSource reproduces exactly.
+func lengthOnlyWorkload(fs *pflag.FlagSet) bool {
+	scratch := pflag.NewFlagSet("workload", pflag.ContinueOnError)
+	var tmp workloadOptions
+	addWorkloadFlags(scratch, &tmp)
+	lengthFlags := map[string]bool{"prompt-tokens": true, "max-tokens": true, "min-tokens": true, "ignore-eos": true, "same-prompt": true, "seed": true, "tokenizer": true}
+	ok := true
+	fs.Visit(func(f *pflag.Flag) {
+		if scratch.Lookup(f.Name) != nil && !lengthFlags[f.Name] {
+			ok = false
+		}
+	})
+	return ok
+}
+
+func hitRate(st sim.EngineStats) float64 {
+	if st.PrefixQueries == 0 {
+		return 0
+	}
+	return float64(st.PrefixHits) / float64(st.PrefixQueries)
+}
+
+func changedFlags(fs *pflag.FlagSet) map[string]string {
+	m := map[string]string{}
+	fs.Visit(func(f *pflag.Flag) { m[f.Name] = f.Value.String() })
+	return m
+}
+
+func printSimSummary(env *Env, d *sim.Deployment, s record.Summary) {
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s: %d requests (%d failed) over %.1f s simulated\n", d.Name(), s.Requests.Total, s.Requests.Failed, s.DurationS)
+	fmt.Fprintln(tw, "metric\tmean\tp50\tp90\tp95\tp99\t")
+	for _, m := range []struct {
+		name string
+		m    record.Metric
+	}{{"ttft_ms", s.TTFT}, {"itl_ms", s.ITL}, {"tpot_ms", s.TPOT}, {"e2e_ms", s.E2E}} {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", m.name, m.m.Mean, m.m.P50, m.m.P90, m.m.P95, m.m.P99)
+	}
+	fmt.Fprintf(tw, "throughput\t%.2f req/s\t%.0f out tok/s\t\t\t\t\n", s.Throughput.RequestsPerS, s.Throughput.OutputTokensPerS)
+	_ = tw.Flush()
+	for _, w := range s.Warnings {
+		fmt.Fprintln(env.Stdout, "note:", w)
+	}
+}
+
+func newSimValidateCmd(env *Env) *cobra.Command {
+	var catalogs []string
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Print predicted vs published TTFT with each row's error",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat := sim.DefaultCatalog()
+			for _, p := range catalogs {
+				if err := cat.LoadFile(p); err != nil {
+					return usageErr("--catalog: %v", err)
+				}
+			}
+			rows, err := sim.Validate(cat, sim.ValidationSet)
+			if err != nil {
+				return failErr("%v", err)
+			}
+			fmt.Fprintln(env.Stdout, "| source | engine | model | GPU | TP | dtype | prompt | measured ms | predicted ms | error |")
+			fmt.Fprintln(env.Stdout, "|---|---|---|---|---|---|---|---|---|---|")
+			for _, r := range rows {
+				dt := "fp16"
+				if r.Quant != "" {
+					dt = r.Quant
+				}
+				fmt.Fprintf(env.Stdout, "| %s | %s | %s | %s | %d | %s | %d | %.0f | %.1f | %+.1f%% |\n", r.Source, r.Engine, r.Model, r.GPU, r.TP, dt, r.Prompt, r.TTFTMs, r.PredMs, r.ErrPct)
+			}
+			fmt.Fprintf(env.Stdout, "\nmedian |error| %.1f%% over %d rows\n", sim.MedianAbsErr(rows), len(rows))
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&catalogs, "catalog", nil, "extra catalog file (recalibrated engine profiles)")
+	return cmd
+}
+
+func newSimCatalogCmd(env *Env) *cobra.Command {
+	var catalogs []string
+	cmd := &cobra.Command{
+		Use:   "catalog",
+		Short: "List the known models, GPUs and engine profiles",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat := sim.DefaultCatalog()
+			for _, p := range catalogs {
+				if err := cat.LoadFile(p); err != nil {
+					return usageErr("--catalog: %v", err)
+				}
+			}
+			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "MODEL\tPARAMS (B)\tLAYERS\tHIDDEN\tHEADS/KV\tMAX LEN\t")
+			for _, m := range cat.Models {
+				p := fmt.Sprintf("%.1f", m.ParamsB)
+				if m.ActiveParamsB > 0 {
+					p += fmt.Sprintf(" (%.1f active)", m.ActiveParamsB)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%d\t\n", m.Name, p, m.Layers, m.Hidden, m.Heads, m.KVHeads, m.MaxModelLen)
+			}
+			fmt.Fprintln(tw, "\nGPU\tBF16 TFLOPS\tFP8 TFLOPS\tHBM GB\tGB/s\t$/h\t")
+			for _, g := range cat.GPUs {
+				fp8 := "-"
+				if v := g.TFLOPS["fp8"]; v > 0 {
+					fp8 = fmt.Sprint(v)
+				}
+				bf := g.TFLOPS["bf16"]
+				if bf == 0 {
+					bf = g.TFLOPS["fp16"]
+				}
+				fmt.Fprintf(tw, "%s\t%g\t%s\t%g\t%g\t%.2f\t\n", g.Name, bf, fp8, g.MemoryGB, g.BandwidthGBs, g.PricePerHour)
+			}
+			names := make([]string, len(cat.Engines))
+			for i, e := range cat.Engines {
+				names[i] = e.Name
+			}
+			fmt.Fprintf(tw, "\nengine profiles: %s\n", strings.Join(names, ", "))
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringArrayVar(&catalogs, "catalog", nil, "extra catalog file: YAML or a HuggingFace config.json")
+	return cmd
 }
 
 func newPlanCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "plan", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("plan: not available in this build") }}
+	var (
+		req      sim.PlanRequest
+		gpus     []string
+		tps      []int
+		fp8      string
+		prices   string
+		catalogs []string
+		seed     int64
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Find the cheapest deployment (GPU, TP, replicas, fp8) meeting a TTFT/ITL SLO at a load",
+		Example: `  ttft plan --model llama-3-70b --rate 8 --prompt-tokens 2048 --max-tokens 128 --ttft-p95 650
+  ttft plan --model llama-3.1-8b --rate 50 --gpu l4,a10g,h100-sxm --itl-p95 40`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cat := sim.DefaultCatalog()
+			for _, p := range catalogs {
+				if err := cat.LoadFile(p); err != nil {
+					return usageErr("--catalog: %v", err)
+				}
+			}
+			req.Catalog, req.GPUs, req.TPs, req.Seed = cat, gpus, tps, uint64(seed)
+			switch fp8 {
+			case "both":
+			case "yes", "true":
+				req.FP8 = []bool{true}
+			case "no", "false":
+				req.FP8 = []bool{false}
+			default:
+				return usageErr("--fp8 must be both, yes or no; got %q", fp8)
+			}
+			if prices != "" {
+				m, err := parsePrices(prices)
+				if err != nil {
+					return usageErr("--prices: %v", err)
+				}
+				req.Prices = map[string]float64{}
+				for k, v := range m {
+					g, err := cat.GPU(k)
+					if err != nil {
+						return usageErr("--prices: %v", err)
+					}
+					req.Prices[g.Name] = v
+				}
+			}
+			if req.TTFTP95Ms <= 0 && req.ITLP95Ms <= 0 {
+				return usageErr("give at least one SLO: --ttft-p95 or --itl-p95 (milliseconds)")
+			}
+			rows, err := sim.Plan(cmd.Context(), req)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(env.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "%s at %.2f req/s, %d prompt + %d output tokens; SLO: TTFT P95 ≤ %s, ITL P95 ≤ %s\n", req.Model, req.Rate, req.PromptTokens, req.MaxTokens, msOrDash(req.TTFTP95Ms), msOrDash(req.ITLP95Ms))
+			fmt.Fprintln(tw, "\tGPU\tTP\tFP8\tREPLICAS\tTTFT P50 ms\tTTFT P95 ms\tITL P95 ms\t$/h\tNOTE")
+			for i, r := range rows {
+				mark := " "
+				if i == 0 && r.Meets {
+					mark = "*"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n", mark, r.GPU, r.TP, r.FP8, r.Replicas, r.TTFTP50Ms, r.TTFTP95Ms, r.ITLP95Ms, r.CostPerHour, r.Note)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if !rows[0].Meets {
+				return failErr("no candidate meets the SLO")
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&req.Model, "model", "llama-3.1-8b", "model from the catalog")
+	fs.Float64Var(&req.Rate, "rate", 1, "offered load in requests per second (Poisson)")
+	fs.IntVar(&req.PromptTokens, "prompt-tokens", 1024, "prompt length in tokens")
+	fs.IntVar(&req.MaxTokens, "max-tokens", 128, "output length in tokens")
+	fs.Float64Var(&req.TTFTP95Ms, "ttft-p95", 0, "SLO: P95 TTFT limit in ms")
+	fs.Float64Var(&req.ITLP95Ms, "itl-p95", 0, "SLO: P95 inter-token latency limit in ms")
+	fs.StringSliceVar(&gpus, "gpu", nil, "GPUs to consider (default: all in the catalog)")
+	fs.IntSliceVar(&tps, "tensor-parallel-size", nil, "TP sizes to consider (default 1,2,4,8)")
+	fs.StringVar(&fp8, "fp8", "both", "try fp8 weights+KV: both, yes or no")
+	fs.IntVar(&req.MaxReplicas, "max-replicas", 64, "largest replica count to consider")
+	fs.IntVar(&req.Requests, "requests", 1000, "simulated requests per candidate")
+	fs.BoolVar(&req.PrefixCaching, "enable-prefix-caching", false, "simulate with prefix caching")
+	fs.StringVar(&req.Engine, "engine-profile", "vllm", "engine profile")
+	fs.StringVar(&prices, "prices", "", "USD per GPU-hour overrides, e.g. h100-sxm=2.5,a100-80gb=1.4")
+	fs.StringArrayVar(&catalogs, "catalog", nil, "extra catalog file")
+	fs.Int64Var(&seed, "seed", 1, "seed for arrivals")
+	fs.BoolVar(&asJSON, "json", false, "print the candidates as JSON")
+	return cmd
+}
+
+func msOrDash(v float64) string {
+	if v <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%g ms", v)
+}
+
+func parsePrices(s string) (map[string]float64, error) {
+	m := map[string]float64{}
+	for _, item := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("item %q is not gpu=price", item)
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return nil, fmt.Errorf("price %q for %s is not a non-negative number", v, k)
+		}
+		m[strings.ToLower(strings.TrimSpace(k))] = f
+	}
+	return m, nil
 }

@@ -1,9 +1,491 @@
 package cli
 
-// STUB: replaced by the owner of this capability.
+// ttft sweep: one bench (or sim run) per point of a parameter grid, or a
+// bisection search for the highest load that still meets a scenario's SLOs.
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sweep"
+)
+
+type sweepOptions struct {
+	Over      []string
+	Sim       bool
+	Out       string
+	Grid      string // "X,Y": the batch × context table over two --over params
+	NoStop    bool
+	Search    string
+	Lo, Hi    float64
+	Tolerance float64
+	Repeats   int
+	MaxRuns   int
+}
 
 func newSweepCmd(env *Env) *cobra.Command {
-	return &cobra.Command{Use: "sweep", Hidden: true, RunE: func(*cobra.Command, []string) error { return usageErr("sweep: not available in this build") }}
+	o := &sweepOptions{}
+	cmd := &cobra.Command{
+		Use:   "sweep [flags] -- [bench or sim run flags]",
+		Short: "Run a benchmark per point of a parameter grid, or search for the highest load meeting the SLOs",
+		Long: `Run "ttft bench" (or "ttft sim run" with --sim) once per point and summarise
+the points together. Flags after "--" go to every run; each point adds its own
+--NAME=VALUE settings. Each run's files go to OUT/point-NNN.
+
+  --over NAME=V1,V2,...   sweep a flag (repeat for a grid; the last varies fastest)
+  --grid X,Y              with two --over parameters, print the batch × context
+                          table: TTFT P50/P95 per cell and the deviation from a
+                          linear prediction (latency = a + b·X·Y fitted on the
+                          edge cells)
+  --search NAME           bisect NAME (rate, concurrency...) between --lo and --hi
+                          for the highest value at which every SLO of the run's
+                          --scenario holds; probes near the boundary are repeated
+                          (--repeats) and decided by majority
+
+A point whose queue grows without bound (throughput below the offered rate,
+schedule lag, TTFT rising through the run) is flagged as saturated and the
+larger values of the last parameter are skipped (--no-stop to run them).`,
+		Example: `  ttft sweep --over concurrency=1,8,16,32 -- --requests 200
+  ttft sweep --sim --over concurrency=1,8,16,32 --over prompt-tokens=512,1024,2048 --grid concurrency,prompt-tokens -- --requests 500
+  ttft sweep --search rate --lo 0.5 --hi 64 -- --scenario code --requests 300 --target http://localhost:8000`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSweep(cmd.Context(), env, o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.Over, "over", nil, "NAME=V1,V2,...: a flag of bench/sim run and its values (repeatable)")
+	f.BoolVar(&o.Sim, "sim", false, "run \"ttft sim run\" per point instead of \"ttft bench\"")
+	f.StringVarP(&o.Out, "out", "o", "", "directory for the sweep (default: a new directory under the ttft data directory)")
+	f.StringVar(&o.Grid, "grid", "", "X,Y: print TTFT per cell of two --over parameters with the deviation from a linear prediction")
+	f.BoolVar(&o.NoStop, "no-stop", false, "keep running larger values after a point saturates")
+	f.StringVar(&o.Search, "search", "", "bisect this flag for the highest value meeting every SLO (needs --scenario in the run flags)")
+	f.Float64Var(&o.Lo, "lo", 1, "search: lower bound (must meet the SLOs)")
+	f.Float64Var(&o.Hi, "hi", 64, "search: upper bound")
+	f.Float64Var(&o.Tolerance, "tolerance", 0.05, "search: stop when (hi-lo)/lo is below this")
+	f.IntVar(&o.Repeats, "repeats", 3, "search: runs per probe near the boundary (majority decides)")
+	f.IntVar(&o.MaxRuns, "max-runs", 30, "search: cap on the number of runs")
+	return cmd
+}
+
+func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []string) error {
+	if (len(o.Over) == 0) == (o.Search == "") {
+		return usageErr("sweep: give --over NAME=V1,V2,... (a grid) or --search NAME (an SLO search)")
+	}
+	for _, a := range passthrough {
+		if a == "--out" || a == "-o" || strings.HasPrefix(a, "--out=") {
+			return usageErr("sweep: set --out before \"--\"; each point writes to OUT/point-NNN")
+		}
+	}
+	out := o.Out
+	if out == "" {
+		out = filepath.Join(dataDir(env), "sweeps", newRunID(time.Now()))
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return usageErr("--out: %v", err)
+	}
+	n := 0
+	runPoint := func(ctx context.Context, p sweep.Point) (sweep.Outcome, error) {
+		dir := filepath.Join(out, fmt.Sprintf("point-%03d", n))
+		n++
+		args := []string{"bench"}
+		if o.Sim {
+			args = []string{"sim", "run"}
+		}
+		args = append(args, passthrough...)
+		args = append(args, p.Args()...)
+		args = append(args, "--out", dir)
+		return runSubcommand(ctx, env, args, dir)
+	}
+
+	if o.Search != "" {
+		return runSearch(ctx, env, o, out, runPoint)
+	}
+
+	var params []sweep.Param
+	for _, spec := range o.Over {
+		p, err := sweep.ParseParam(spec)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		params = append(params, p)
+	}
+	points := sweep.Grid(params)
+	fmt.Fprintf(env.Stderr, "ttft sweep: %d points; results in %s\n", len(points), out)
+	// A usage error at one point (a bad flag after "--") is the same at
+	// every point: stop at once.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var usage error
+	guarded := func(ctx context.Context, p sweep.Point) (sweep.Outcome, error) {
+		oc, err := runPoint(ctx, p)
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == ExitUsage {
+			usage = err
+			cancel()
+		}
+		return oc, err
+	}
+	results, err := sweep.Run(sctx, points, guarded, sweep.Options{
+		StopOnSaturation: !o.NoStop,
+		OnResult: func(r sweep.Result) {
+			fmt.Fprintf(env.Stderr, "  %s: %s\n", r.Point.Label(), pointLine(r))
+		},
+	})
+	if usage != nil {
+		return usage
+	}
+	if werr := writeSweepJSON(filepath.Join(out, "sweep.json"), results, nil); werr != nil && err == nil {
+		err = werr
+	}
+	printSweepTable(env.Stdout, results)
+	if o.Grid != "" {
+		x, y, ok := strings.Cut(o.Grid, ",")
+		if !ok {
+			return usageErr("--grid %q: want X,Y (two --over names)", o.Grid)
+		}
+		cells, gerr := sweep.LinearDeviation(results, strings.TrimSpace(x), strings.TrimSpace(y))
+		if gerr != nil {
+			return usageErr("--grid: %v", gerr)
+		}
+		printGrid(env.Stdout, cells, x, y)
+	}
+	if len(params) == 1 {
+		printCurve(env.Stdout, results)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			return failErr("sweep: %s failed: %v", r.Point.Label(), r.Err)
+		}
+	}
+	return nil
+}
+
+// runSubcommand runs one ttft invocation in-process and reads its summary.
+// A completed run whose gate failed (exit 1) still counts as a point.
+func runSubcommand(ctx context.Context, env *Env, args []string, dir string) (sweep.Outcome, error) {
+	var stderr bytes.Buffer
+	sub := &Env{Args: args, Stdin: env.Stdin, Stdout: io.Discard, Stderr: &stderr, Getenv: env.Getenv}
+	// A small root with only the commands a point runs (going through the
+	// full root would make the command table refer to itself).
+	root := &cobra.Command{Use: "ttft", SilenceUsage: true, SilenceErrors: true}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%s: %v", c.CommandPath(), err)
+	})
+	root.AddCommand(newBenchCmd(sub), newSimCmd(sub))
+	root.SetArgs(args)
+	root.SetOut(io.Discard)
+	root.SetErr(&stderr)
+	// A live run is watched as it goes and cut short (as by Ctrl-C: the
+	// summary of what completed is still written) once its queue clearly
+	// grows without bound.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stoppedEarly string
+	watchDone := make(chan struct{})
+	if args[0] == "bench" {
+		go func() {
+			defer close(watchDone)
+			watchSaturation(runCtx, filepath.Join(dir, "requests.jsonl"), 500*time.Millisecond, func(why string) {
+				stoppedEarly = why
+				cancel()
+			})
+		}()
+	} else {
+		close(watchDone)
+	}
+	code := ExitOK
+	err := root.ExecuteContext(runCtx)
+	cancel()
+	<-watchDone
+	if err != nil {
+		fmt.Fprintln(&stderr, "ttft:", err)
+		code = ExitUsage
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+	}
+	if code == ExitUsage {
+		return sweep.Outcome{}, usageErr("ttft %s: %s", strings.Join(args, " "), lastLine(stderr.String()))
+	}
+	var sum record.Summary
+	if err := record.ReadJSON(filepath.Join(dir, "summary.json"), &sum); err != nil {
+		if ctx.Err() != nil {
+			return sweep.Outcome{}, ctx.Err()
+		}
+		return sweep.Outcome{}, fmt.Errorf("exit %d, no summary: %s", code, lastLine(stderr.String()))
+	}
+	recs, _ := record.ReadJSONL(filepath.Join(dir, "requests.jsonl"))
+	return sweep.Outcome{Summary: sum, Records: recs, Dir: dir, StoppedEarly: stoppedEarly}, nil
+}
+
+// watchSaturation follows a requests.jsonl as the run appends to it and
+// calls stop once sweep.EarlySaturation fires. It returns when ctx ends.
+func watchSaturation(ctx context.Context, path string, every time.Duration, stop func(why string)) {
+	var (
+		recs []record.Record
+		off  int64
+		tail []byte
+	)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue // not created yet
+		}
+		if _, err := f.Seek(off, io.SeekStart); err == nil {
+			data, _ := io.ReadAll(f)
+			off += int64(len(data))
+			tail = append(tail, data...)
+		}
+		f.Close()
+		// Only complete lines: the writer may be mid-line.
+		for {
+			i := bytes.IndexByte(tail, '\n')
+			if i < 0 {
+				break
+			}
+			var r record.Record
+			if json.Unmarshal(tail[:i], &r) == nil {
+				recs = append(recs, r)
+			}
+			tail = tail[i+1:]
+		}
+		if why := sweep.EarlySaturation(recs); why != "" {
+			stop(why)
+			return
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return strings.TrimPrefix(s, "ttft: ")
+}
+
+func runSearch(ctx context.Context, env *Env, o *sweepOptions, out string, runPoint sweep.RunFunc) error {
+	name := strings.TrimPrefix(o.Search, "--")
+	integer := name == "concurrency" || name == "max-concurrency" || strings.HasSuffix(name, "tokens") || name == "sessions"
+	var results []sweep.Result
+	var usage error
+	pass := func(ctx context.Context, v float64) (bool, error) {
+		val := strconv.FormatFloat(v, 'g', 6, 64)
+		p := sweep.Point{Index: len(results), Settings: []sweep.Setting{{Name: name, Value: val}}}
+		oc, err := runPoint(ctx, p)
+		r := sweep.Result{Point: p, Outcome: oc, Err: err}
+		results = append(results, r)
+		if err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) && ee.code == ExitUsage {
+				usage = err
+			}
+			return false, err
+		}
+		if len(oc.Summary.SLO) == 0 {
+			usage = usageErr("sweep --search: the runs report no SLO verdicts; add --scenario NAME|FILE after \"--\"")
+			return false, usage
+		}
+		ok := true
+		for _, v := range oc.Summary.SLO {
+			ok = ok && v.Pass
+		}
+		fmt.Fprintf(env.Stderr, "  %s=%s: %s\n", name, val, verdictLine(oc.Summary.SLO))
+		return ok, nil
+	}
+	fmt.Fprintf(env.Stderr, "ttft sweep: searching %s in [%g, %g]; results in %s\n", name, o.Lo, o.Hi, out)
+	res, err := sweep.Search(ctx, sweep.SearchOptions{Lo: o.Lo, Hi: o.Hi, Integer: integer, Tolerance: o.Tolerance, Repeats: o.Repeats, MaxRuns: o.MaxRuns}, pass)
+	if werr := writeSweepJSON(filepath.Join(out, "sweep.json"), results, &res); werr != nil && err == nil {
+		err = werr
+	}
+	if usage != nil {
+		return usage
+	}
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return err
+		}
+		return usageErr("sweep --search: %v", err)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\truns\tpassed\tverdict\n", name)
+	for _, p := range res.Probes {
+		v := "FAIL"
+		if p.Pass {
+			v = "PASS"
+		}
+		fmt.Fprintf(tw, "%g\t%d\t%d\t%s\n", p.Value, p.Runs, p.Passes, v)
+	}
+	_ = tw.Flush()
+	if res.Best > 0 {
+		fmt.Fprintf(env.Stdout, "highest %s meeting every SLO: %g\n", name, res.Best)
+	} else {
+		fmt.Fprintf(env.Stdout, "no %s in [%g, %g] meets every SLO\n", name, o.Lo, o.Hi)
+	}
+	if res.Note != "" {
+		fmt.Fprintln(env.Stdout, "note:", res.Note)
+	}
+	if res.Best == 0 {
+		return failErr("sweep --search: the SLOs fail at every probed %s", name)
+	}
+	return nil
+}
+
+func verdictLine(vs []record.SLOVerdict) string {
+	var parts []string
+	for _, v := range vs {
+		s := "PASS"
+		if !v.Pass {
+			s = "FAIL"
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f/%.0f ms %s", v.Name, v.ValueMs, v.LimitMs, s))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pointLine(r sweep.Result) string {
+	switch {
+	case r.Skipped:
+		return "skipped (an earlier point saturated)"
+	case r.Err != nil:
+		return "error: " + r.Err.Error()
+	}
+	s := r.Outcome.Summary
+	line := fmt.Sprintf("TTFT P50 %.1f ms, P95 %.1f ms, %.2f req/s", s.TTFT.P50, s.TTFT.P95, s.Throughput.RequestsPerS)
+	if len(s.SLO) > 0 {
+		line += "; " + verdictLine(s.SLO)
+	}
+	if r.Saturated != "" {
+		line += "; SATURATED: " + r.Saturated
+	}
+	return line
+}
+
+type sweepPointJSON struct {
+	Index     int               `json:"index"`
+	Settings  map[string]string `json:"settings"`
+	Dir       string            `json:"dir,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	Skipped   bool              `json:"skipped,omitempty"`
+	Saturated string            `json:"saturated,omitempty"`
+	Summary   *record.Summary   `json:"summary,omitempty"`
+}
+
+func writeSweepJSON(path string, results []sweep.Result, search *sweep.SearchResult) error {
+	doc := struct {
+		Schema string              `json:"schema"`
+		Points []sweepPointJSON    `json:"points"`
+		Search *sweep.SearchResult `json:"search,omitempty"`
+	}{Schema: "ttft.sweep/v1", Search: search}
+	for _, r := range results {
+		p := sweepPointJSON{Index: r.Point.Index, Settings: map[string]string{}, Dir: r.Outcome.Dir, Skipped: r.Skipped, Saturated: r.Saturated}
+		for _, s := range r.Point.Settings {
+			p.Settings[s.Name] = s.Value
+		}
+		if r.Err != nil {
+			p.Error = r.Err.Error()
+		} else if !r.Skipped {
+			sum := r.Outcome.Summary
+			p.Summary = &sum
+		}
+		doc.Points = append(doc.Points, p)
+	}
+	return record.WriteJSON(path, doc)
+}
+
+func printSweepTable(w io.Writer, results []sweep.Result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "point\tok/failed\tTTFT p50\tTTFT p95\tTTFT p99\tITL p50\tE2E p95\treq/s\tout tok/s\tnote")
+	for _, r := range results {
+		if r.Skipped || r.Err != nil {
+			fmt.Fprintf(tw, "%s\t\t\t\t\t\t\t\t\t%s\n", r.Point.Label(), pointLine(r))
+			continue
+		}
+		s := r.Outcome.Summary
+		note := ""
+		if len(s.SLO) > 0 {
+			note = "SLO PASS"
+			for _, v := range s.SLO {
+				if !v.Pass {
+					note = "SLO FAIL"
+				}
+			}
+		}
+		if r.Saturated != "" {
+			note = strings.TrimSpace(note + " saturated")
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%s\n", r.Point.Label(),
+			s.Requests.Completed, s.Requests.Failed, s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.ITL.P50, s.E2E.P95,
+			s.Throughput.RequestsPerS, s.Throughput.OutputTokensPerS, note)
+	}
+	_ = tw.Flush()
+}
+
+func printGrid(w io.Writer, cells []sweep.Cell, x, y string) {
+	fmt.Fprintf(w, "\nTTFT by %s × %s (deviation from latency = a + b·%s·%s fitted on the edge cells)\n", x, y, x, y)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "%s\t%s\tP50 ms\tvs linear\tP95 ms\tvs linear\n", x, y)
+	for _, c := range cells {
+		if c.Missing {
+			fmt.Fprintf(tw, "%g\t%g\t-\t\t-\t\n", c.X, c.Y)
+			continue
+		}
+		fmt.Fprintf(tw, "%g\t%g\t%.1f\t%+.1f%%\t%.1f\t%+.1f%%\n", c.X, c.Y, c.P50, c.DevP50Pct, c.P95, c.DevP95Pct)
+	}
+	_ = tw.Flush()
+}
+
+// printCurve draws TTFT P50 (o) and P95 (x) against the swept value.
+func printCurve(w io.Writer, results []sweep.Result) {
+	var maxV float64
+	for _, r := range results {
+		if r.Err == nil && !r.Skipped {
+			maxV = max(maxV, r.Outcome.Summary.TTFT.P95)
+		}
+	}
+	if maxV <= 0 {
+		return
+	}
+	const width = 50
+	fmt.Fprintf(w, "\nTTFT (o = P50, x = P95; full width = %.1f ms)\n", maxV)
+	for _, r := range results {
+		if r.Err != nil || r.Skipped {
+			continue
+		}
+		s := r.Outcome.Summary
+		line := []byte(strings.Repeat(" ", width+1))
+		p50 := int(s.TTFT.P50 / maxV * width)
+		p95 := int(s.TTFT.P95 / maxV * width)
+		for i := 0; i < p50; i++ {
+			line[i] = '-'
+		}
+		line[p50] = 'o'
+		line[p95] = 'x'
+		fmt.Fprintf(w, "%-24s |%s\n", r.Point.Label(), strings.TrimRight(string(line), " "))
+	}
 }

@@ -44,7 +44,7 @@ func TestDescribe(t *testing.T) {
 // intervals must contain the true value close to 95% of the time.
 func TestCIsCoverTruthAtStatedRate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 7))
-	const trials, n = 400, 300
+	const trials, n = 200, 200
 	// Exponential(1): mean 1, p90 = ln 10, p50 = ln 2.
 	truth := map[string]float64{"mean": 1, "p50": math.Ln2, "p90": math.Log(10)}
 	hits := map[string]int{}
@@ -53,7 +53,7 @@ func TestCIsCoverTruthAtStatedRate(t *testing.T) {
 		for i := range xs {
 			xs[i] = rng.ExpFloat64()
 		}
-		m := Describe(xs, DescribeOptions{CI: true, Seed: int64(trial), Resamples: 500})
+		m := Describe(xs, DescribeOptions{CI: true, Seed: int64(trial), Resamples: 300})
 		for k, v := range truth {
 			if ci := m.CI95[k]; ci[0] <= v && v <= ci[1] {
 				hits[k]++
@@ -62,9 +62,9 @@ func TestCIsCoverTruthAtStatedRate(t *testing.T) {
 	}
 	for k := range truth {
 		rate := float64(hits[k]) / trials
-		// Binomial sd at 95% over 400 trials is ~1.1%; bootstrap intervals of
-		// a skewed mean run a little short. Accept 90–99%.
-		if rate < 0.90 || rate > 0.99 {
+		// Binomial sd at 95% over 200 trials is ~1.5%; bootstrap intervals of
+		// a skewed mean run a little short. Accept 88–99.5%.
+		if rate < 0.88 || rate > 0.995 {
 			t.Errorf("%s: coverage %.3f, want ≈0.95", k, rate)
 		}
 	}

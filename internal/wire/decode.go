@@ -109,6 +109,15 @@ func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	if len(data) == 0 {
 		return nil
 	}
+	if fastOpenAI(data, c) {
+		return nil
+	}
+	*c = Chunk{}
+	return decodeSlow(d, data, c)
+}
+
+// decodeSlow is the encoding/json path for every event shape.
+func decodeSlow(d *openAIDecoder, data []byte, c *Chunk) error {
 	var ch openAIChunk
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return fmt.Errorf("malformed stream chunk %q: %w", truncate(data, 120), err)

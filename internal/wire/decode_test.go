@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -133,5 +134,50 @@ func BenchmarkDecodeChatChunk(b *testing.B) {
 		if err := dec.Decode(ev, &c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// FuzzFastPathAgrees checks the allocation-light fast path against the
+// encoding/json decoder: whenever the fast path answers, both must agree.
+func FuzzFastPathAgrees(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" hi"},"logprobs":null,"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"text":" x","finish_reason":"length"}]}`,
+		`{"choices":[{"delta":{"reasoning_content":"think"}}],"usage":null}`,
+		`{"choices":[],"usage":{"prompt_tokens":1}}`,
+		`{"object":"error","message":"x"}`,
+		`{"choices":[{"delta":{"content":"a\nb"}}]}`,
+		`{"a":[1,-2.5e3,true,false,null,{"b":"c"}],"choices":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast Chunk
+		if !fastOpenAI(data, &fast) {
+			return
+		}
+		var ch openAIChunk
+		if err := json.Unmarshal(data, &ch); err != nil {
+			t.Fatalf("fast path accepted invalid JSON %q: %+v", data, fast)
+		}
+		var slow Chunk
+		d := &openAIDecoder{}
+		// Decode's fast path would answer again; compare with the full one.
+		decodeSlow(d, data, &slow)
+		if fast.Content != slow.Content || fast.Reasoning != slow.Reasoning || fast.Role != slow.Role ||
+			fast.Finish != slow.Finish || fast.Model != slow.Model || fast.Err != slow.Err || slow.Usage != nil {
+			t.Fatalf("%q:\nfast %+v\nslow %+v", data, fast, slow)
+		}
+	})
+}
+
+func BenchmarkDecodeChatChunkSlowPath(b *testing.B) {
+	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]}`)
+	d := &openAIDecoder{}
+	var c Chunk
+	b.ReportAllocs()
+	for b.Loop() {
+		decodeSlow(d, data, &c)
 	}
 }

@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/bench"
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+// runCLI runs ttft in-process with a private HOME and returns its exit code
+// and output.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	home := t.TempDir()
+	env := map[string]string{"HOME": home}
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), Env{Args: args, Stdout: &stdout, Stderr: &stderr,
+		Getenv: func(k string) string { return env[k] }})
+	return code, stdout.String(), stderr.String()
+}
+
+func TestBenchDefaultTargetWritesResults(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := runCLI(t, "bench", "-n", "12", "-c", "4", "--max-tokens", "16", "--out", out, "--format", "vllm", "--no-progress")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "TTFT") || !strings.Contains(stdout, "built-in simulator") {
+		t.Fatalf("summary table missing:\n%s", stdout)
+	}
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 12 {
+		t.Fatalf("requests.jsonl: %d records, %v", len(recs), err)
+	}
+	var sum map[string]any
+	if err := record.ReadJSON(filepath.Join(out, "summary.json"), &sum); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"} {
+		m, ok := sum[k].(map[string]any)
+		if !ok {
+			t.Fatalf("summary.json lacks %s", k)
+		}
+		for _, s := range []string{"mean", "std", "min", "max", "p50", "p90", "p95", "p99"} {
+			if _, ok := m[s]; !ok {
+				t.Errorf("summary.json %s lacks %s", k, s)
+			}
+		}
+	}
+	req := sum["requests"].(map[string]any)
+	if req["completed"].(float64) != 12 || req["failed"].(float64) != 0 {
+		t.Errorf("requests %v", req)
+	}
+	if ttft := sum["ttft_ms"].(map[string]any)["mean"].(float64); ttft <= 0 {
+		t.Errorf("mean TTFT %v", ttft)
+	}
+	var v map[string]any
+	if err := record.ReadJSON(filepath.Join(out, "summary.vllm.json"), &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "mean_tpot_ms", "completed", "request_throughput"} {
+		if _, ok := v[k]; !ok {
+			t.Errorf("vllm summary lacks %s", k)
+		}
+	}
+	var man record.Manifest
+	if err := record.ReadJSON(filepath.Join(out, "manifest.json"), &man); err != nil || man.Model == "" || man.Ended.IsZero() {
+		t.Fatalf("manifest %+v %v", man, err)
+	}
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"bench", "--api", "grpc"}, "unknown API"},
+		{[]string{"bench", "--bogus"}, "unknown flag"},
+		{[]string{"bench", "--target", "localhost:8000"}, "http://"},
+		{[]string{"bench", "--target", dead, "--model", "m"}, "cannot reach"},
+		{[]string{"bench", "--target", dead}, "cannot reach"},
+		{[]string{"bench", "--header", "novalue"}, "--header"},
+		{[]string{"bench", "--arrival", "weibull", "--rate", "1"}, "--arrival"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, stderr, tc.want)
+		}
+		if n := strings.Count(strings.TrimSpace(stderr), "\n"); n > 0 {
+			t.Errorf("%v: want one line, got %q", tc.args, stderr)
+		}
+	}
+}
+
+func TestBenchModelDiscoveryErrorsAndSecrets(t *testing.T) {
+	ts := bench.NewTimingServer(2*time.Millisecond, time.Millisecond, 4)
+	var sawAuth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sawAuth.Store(r.Header.Get("Authorization"))
+		ts.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	out := t.TempDir()
+	// Every request fails: exit 1 above --max-error-rate, all recorded.
+	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL+"/v1/", "-n", "5", "--out", out, "--no-progress",
+		"--api-key", "sk-supersecret", "-H", "X-Test-Fault: status", "-H", "X-Api-Key: hidden-token-value")
+	if code != ExitFail {
+		t.Fatalf("exit %d, want 1\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "timing-server") || !strings.Contains(stdout, "http_status 5") {
+		t.Errorf("model discovery or error count missing:\n%s\n%s", stderr, stdout)
+	}
+	if sawAuth.Load() != "Bearer sk-supersecret" {
+		t.Errorf("server saw Authorization %q", sawAuth.Load())
+	}
+	filepath.Walk(out, func(p string, info os.FileInfo, err error) error {
+		if info != nil && !info.IsDir() {
+			b, _ := os.ReadFile(p)
+			if bytes.Contains(b, []byte("supersecret")) || bytes.Contains(b, []byte("hidden-token-value")) {
+				t.Errorf("%s contains a secret", p)
+			}
+		}
+		return nil
+	})
+	if strings.Contains(stdout+stderr, "supersecret") {
+		t.Error("secret printed")
+	}
+}
+
+// TestKilledRunKeepsCompletedRequests kills a bench process with SIGKILL
+// mid-run and checks every request it had completed is in requests.jsonl.
+// With concurrency 1, request k+1 is only sent after request k's record was
+// written, so when the server sees request k+1 arrive, k+1 records
+// (0..k) must be on disk.
+func TestKilledRunKeepsCompletedRequests(t *testing.T) {
+	if os.Getenv("TTFT_KILL_CHILD") != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	ts := bench.NewTimingServer(time.Millisecond, time.Millisecond, 3)
+	var arrived atomic.Int64
+	killAt := int64(8)
+	kill := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" && arrived.Add(1) == killAt {
+			io.Copy(io.Discard, r.Body) // lets the server notice the client's death
+			close(kill)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+			return
+		}
+		ts.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	out := t.TempDir()
+	cmd := exec.Command(exe, "-test.run=^TestBenchChildProcess$")
+	cmd.Env = append(os.Environ(), "TTFT_KILL_CHILD=1", "TTFT_KILL_TARGET="+srv.URL, "TTFT_KILL_OUT="+out, "HOME="+out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-kill:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("child never reached the kill point")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(recs)) != killAt-1 {
+		t.Fatalf("requests.jsonl has %d records, want %d", len(recs), killAt-1)
+	}
+	for i, r := range recs {
+		if r.Index != i || !r.OK() {
+			t.Fatalf("record %d: index %d class %q", i, r.Index, r.ErrorClass)
+		}
+	}
+}
+
+// TestBenchChildProcess is the child of TestKilledRunKeepsCompletedRequests.
+func TestBenchChildProcess(t *testing.T) {
+	if os.Getenv("TTFT_KILL_CHILD") == "" {
+		t.Skip("helper process for TestKilledRunKeepsCompletedRequests")
+	}
+	env := map[string]string{"HOME": os.Getenv("TTFT_KILL_OUT")}
+	Main(context.Background(), Env{Args: []string{"bench", "--target", os.Getenv("TTFT_KILL_TARGET"), "-c", "1", "-n", "100",
+		"--out", os.Getenv("TTFT_KILL_OUT"), "--no-progress", "--no-store"}, Stdout: os.Stdout, Stderr: os.Stderr,
+		Getenv: func(k string) string { return env[k] }})
+}
+
+func TestRedactArgs(t *testing.T) {
+	got := redactArgs([]string{"bench", "--api-key", "k1", "--api-key=k2", "-H", "Authorization: Bearer x", "--header=x-api-key: y", "-H", "X-Ok: 1"})
+	b, _ := json.Marshal(got)
+	for _, s := range []string{"k1", "k2", "Bearer x", "x-api-key: y"} {
+		if strings.Contains(string(b), s) {
+			t.Errorf("%s leaked: %s", s, b)
+		}
+	}
+	if !strings.Contains(string(b), "X-Ok: 1") {
+		t.Errorf("harmless header redacted: %s", b)
+	}
+}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// loadOptions are the load-shape flags shared by bench, sim run and sweep.
+type loadOptions struct {
+	Concurrency    int
+	Rate           float64
+	Arrival        string
+	Burstiness     float64
+	MaxConcurrency int
+	Requests       int
+	Duration       time.Duration
+	Warmup         int
+	RampUp         time.Duration
+
+	fs *pflag.FlagSet
+}
+
+func addLoadFlags(fs *pflag.FlagSet, o *loadOptions) {
+	o.fs = fs
+	fs.IntVarP(&o.Concurrency, "concurrency", "c", 8, "closed loop: requests in flight at once (each sends its next when the previous ends)")
+	fs.Float64VarP(&o.Rate, "rate", "r", 0, "open loop: requests per second on a schedule (overrides --concurrency)")
+	fs.StringVar(&o.Arrival, "arrival", "poisson", "open-loop arrival process: poisson, gamma or constant")
+	fs.Float64Var(&o.Burstiness, "burstiness", 1, "gamma shape for --arrival gamma (1 = Poisson, < 1 burstier)")
+	fs.IntVar(&o.MaxConcurrency, "max-concurrency", 0, "open loop: cap on requests in flight (0 = none); late sends show as schedule lag")
+	fs.IntVarP(&o.Requests, "requests", "n", 100, "measured requests (0 with --duration: until the duration ends)")
+	fs.DurationVarP(&o.Duration, "duration", "d", 0, "stop sending after this long (e.g. 60s); requests in flight complete")
+	fs.IntVar(&o.Warmup, "warmup", 0, "warm-up requests sent first and left out of statistics (the source article uses 50)")
+	fs.DurationVar(&o.RampUp, "ramp-up", 0, "closed loop: start the workers evenly over this long")
+}
+
+func (o *loadOptions) validate() error {
+	switch {
+	case o.Rate < 0:
+		return usageErr("--rate must be positive, got %v", o.Rate)
+	case o.Rate == 0 && o.Concurrency < 1:
+		return usageErr("--concurrency must be at least 1, got %d", o.Concurrency)
+	case o.Requests < 0:
+		return usageErr("--requests must not be negative, got %d", o.Requests)
+	case o.Duration < 0:
+		return usageErr("--duration must not be negative, got %v", o.Duration)
+	case o.Warmup < 0:
+		return usageErr("--warmup must not be negative, got %d", o.Warmup)
+	case o.MaxConcurrency < 0:
+		return usageErr("--max-concurrency must not be negative, got %d", o.MaxConcurrency)
+	}
+	switch o.Arrival {
+	case "poisson", "gamma", "constant":
+	default:
+		return usageErr("--arrival must be poisson, gamma or constant, got %q", o.Arrival)
+	}
+	if o.Arrival == "gamma" && !(o.Burstiness > 0) {
+		return usageErr("--burstiness must be > 0, got %v", o.Burstiness)
+	}
+	// --duration alone means "until the duration ends".
+	if o.fs != nil && o.Duration > 0 && !o.fs.Changed("requests") {
+		o.Requests = 0
+	}
+	return nil
+}

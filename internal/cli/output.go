@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+// printSummary renders a run in the spirit of the source article's table.
+func printSummary(w io.Writer, s *record.Summary, m *record.Manifest, dir string) {
+	fmt.Fprintf(w, "\n%s  model %s  api %s\n", s.Target, s.Model, s.API)
+	fmt.Fprintf(w, "requests: %d completed, %d failed", s.Requests.Completed, s.Requests.Failed)
+	if s.Requests.Warmup > 0 {
+		fmt.Fprintf(w, " (+%d warm-up)", s.Requests.Warmup)
+	}
+	fmt.Fprintf(w, " in %.2f s\n\n", s.DurationS)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "metric (ms)\tmean\tstd\tp50\tp90\tp95\tp99\tp99.9\tmax\tp95 95% CI\t")
+	row := func(name string, mt record.Metric) {
+		if mt.Count == 0 {
+			return
+		}
+		ci := ""
+		if c, ok := mt.CI95["p95"]; ok {
+			ci = fmt.Sprintf("%s–%s", num(c[0]), num(c[1]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, num(mt.Mean), num(mt.Std), num(mt.P50), num(mt.P90), num(mt.P95), num(mt.P99), num(mt.P999), num(mt.Max), ci)
+	}
+	row("TTFT", s.TTFT)
+	if s.TTFTIntended.Count > 0 && s.ScheduleLag.Count > 0 && s.ScheduleLag.Max > 0 {
+		row("TTFT from schedule", s.TTFTIntended)
+	}
+	row("time to first byte", s.TTFB)
+	row("time to first content", s.TTFC)
+	row("ITL", s.ITL)
+	row("TPOT", s.TPOT)
+	row("end to end", s.E2E)
+	if s.ScheduleLag.Max > 0 {
+		row("schedule lag", s.ScheduleLag)
+	}
+	row("connect", s.Connect)
+	tw.Flush()
+	t := s.Throughput
+	fmt.Fprintf(w, "\nthroughput: %.2f req/s, %.1f output tok/s, %.1f input tok/s\n", t.RequestsPerS, t.OutputTokensPerS, t.InputTokensPerS)
+	tk := s.Tokens
+	fmt.Fprintf(w, "tokens: prompt %d (server: %d, cached %d); output %d by usage, %d by tokenizer, %d events\n",
+		tk.Prompt, tk.PromptUsage, tk.CachedPrompt, tk.OutputUsage, tk.OutputTokenizer, tk.OutputEvents)
+	if len(s.Requests.Errors) > 0 {
+		keys := make([]string, 0, len(s.Requests.Errors))
+		for k := range s.Requests.Errors {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, s.Requests.Errors[k])
+		}
+		fmt.Fprintf(w, "errors: %s\n", strings.Join(parts, ", "))
+	}
+	if len(s.SLO) > 0 {
+		fmt.Fprintf(w, "\nSLO verdicts (scenario %s):\n", s.Scenario)
+		for _, v := range s.SLO {
+			verdict := "PASS"
+			if !v.Pass {
+				verdict = "FAIL"
+			}
+			fmt.Fprintf(w, "  %s  %-10s %s %s ≤ %s ms: measured %s ms (95%% CI %s–%s), margin %s ms\n",
+				verdict, v.Name, v.Metric, v.Statistic, num(v.LimitMs), num(v.ValueMs), num(v.CI95[0]), num(v.CI95[1]), num(v.MarginMs))
+		}
+		if g := s.Goodput; g != nil {
+			fmt.Fprintf(w, "  goodput %.2f req/s meeting every SLO (attainment %.1f%%)\n", g.RequestsPerS, 100*g.Attainment)
+		}
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	if dir != "" {
+		fmt.Fprintf(w, "\nresults: %s\n", dir)
+	}
+}
+
+func num(x float64) string {
+	switch {
+	case math.IsNaN(x):
+		return "-"
+	case math.Abs(x) >= 1000:
+		return fmt.Sprintf("%.0f", x)
+	case math.Abs(x) >= 100:
+		return fmt.Sprintf("%.1f", x)
+	default:
+		return fmt.Sprintf("%.2f", x)
+	}
+}
+
+// vllmSummary mirrors the result JSON of vLLM's benchmark_serving.py so
+// existing scripts and dashboards read ttft's runs. Latencies are in ms,
+// the per-request ttfts in seconds, as there.
+func vllmSummary(s record.Summary, recs []record.Record, t benchTarget, o *benchOptions) map[string]any {
+	var inputLens, outputLens []int
+	var ttfts []float64
+	totalIn, totalOut := 0, 0
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || !r.OK() {
+			continue
+		}
+		in := r.PromptTokensUsage
+		if in == 0 {
+			in = r.PromptTokens
+		}
+		inputLens = append(inputLens, in)
+		outputLens = append(outputLens, r.OutputTokens())
+		ttfts = append(ttfts, r.TTFTMs/1000)
+		totalIn += in
+		totalOut += r.OutputTokens()
+	}
+	m := map[string]any{
+		"backend": "openai-chat", "model_id": t.model, "tokenizer_id": o.work.Tokenizer,
+		"num_prompts": s.Requests.Total, "duration": s.DurationS, "completed": s.Requests.Completed,
+		"total_input_tokens": totalIn, "total_output_tokens": totalOut,
+		"request_throughput": s.Throughput.RequestsPerS, "output_throughput": s.Throughput.OutputTokensPerS,
+		"total_token_throughput": s.Throughput.TotalTokensPerS,
+		"input_lens":             inputLens, "output_lens": outputLens, "ttfts": ttfts,
+	}
+	if o.load.Rate > 0 {
+		m["request_rate"] = o.load.Rate
+		m["burstiness"] = o.load.Burstiness
+	} else {
+		m["request_rate"] = "inf"
+		m["max_concurrency"] = o.load.Concurrency
+	}
+	if s.Goodput != nil {
+		m["request_goodput"] = s.Goodput.RequestsPerS
+	}
+	for name, mt := range map[string]record.Metric{"ttft": s.TTFT, "tpot": s.TPOT, "itl": s.ITL, "e2el": s.E2E} {
+		m["mean_"+name+"_ms"] = mt.Mean
+		m["median_"+name+"_ms"] = mt.P50
+		m["std_"+name+"_ms"] = mt.Std
+		m["p90_"+name+"_ms"] = mt.P90
+		m["p95_"+name+"_ms"] = mt.P95
+		m["p99_"+name+"_ms"] = mt.P99
+	}
+	return m
+}

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+func runSimCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestSimRunWritesBenchFiles(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runSimCLI(t, "sim", "run", "--model", "llama-3-70b", "--gpu", "a100-80gb", "--tensor-parallel-size", "4",
+		"--kv-cache-dtype", "fp8", "--enable-prefix-caching", "--prompt-tokens", "256", "--max-tokens", "16", "--concurrency", "4", "--requests", "40", "--out", dir)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "ttft_ms") {
+		t.Errorf("stdout lacks the summary table:\n%s", stdout)
+	}
+	recs, err := record.ReadJSONL(filepath.Join(dir, "requests.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 40 {
+		t.Fatalf("%d records, want 40", len(recs))
+	}
+	for _, r := range recs {
+		if r.Source != "sim" || !r.OK() || r.OutputTokens() != 16 || r.PromptTokens != 256 || r.TTFTMs <= 0 {
+			t.Fatalf("bad record %+v", r)
+		}
+	}
+	var sum record.Summary
+	if err := record.ReadJSON(filepath.Join(dir, "summary.json"), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Source != "sim" || sum.Requests.Completed != 40 || sum.TTFT.P50 <= 0 {
+		t.Errorf("summary %+v", sum.Requests)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSimRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "run", "--model", "nope-13b"}, "known models"},
+		{[]string{"sim", "run", "--model", "llama-3-70b", "--gpu", "l4"}, "weights need"},
+		{[]string{"sim", "run", "--model", "llama-3-70b", "--gpu", "h100", "--tensor-parallel-size", "3"}, "does not divide"},
+		{[]string{"plan", "--model", "llama-3.1-8b"}, "give at least one SLO"},
+	} {
+		code, _, stderr := runSimCLI(t, tc.args...)
+		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+func TestPlanFindsCheapest(t *testing.T) {
+	code, stdout, stderr := runSimCLI(t, "plan", "--model", "llama-3.1-8b", "--gpu", "l4,h100-sxm", "--tensor-parallel-size", "1", "--fp8", "no",
+		"--rate", "4", "--prompt-tokens", "512", "--max-tokens", "32", "--ttft-p95", "400", "--requests", "200")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	lines := strings.Split(stdout, "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[2], "*") {
+		t.Fatalf("first candidate not marked as the pick:\n%s", stdout)
+	}
+}
+
+// syncBuf is a goroutine-safe writer for a command running in the background.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestSimServeReplicas(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, Env{Args: []string{"sim", "serve", "--port", "0", "--replicas", "2", "--served-model-name", "tiny"}, Stdout: &out, Stderr: &errb})
+	}()
+	re := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+)/v1`)
+	var urls [][]string
+	for i := 0; i < 200 && len(urls) < 2; i++ {
+		time.Sleep(20 * time.Millisecond)
+		urls = re.FindAllStringSubmatch(out.String(), -1)
+	}
+	if len(urls) != 2 {
+		cancel()
+		t.Fatalf("did not see two replicas start: %s %s", out.String(), errb.String())
+	}
+	for _, u := range urls {
+		resp, err := http.Get(u[1] + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Data []struct{ ID string } }
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if len(m.Data) != 1 || m.Data[0].ID != "tiny" {
+			t.Errorf("%s/v1/models = %+v", u[1], m)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != ExitOK {
+			t.Errorf("serve exited %d: %s", code, errb.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not stop on cancel")
+	}
+}
+
+// TestBenchAgreesWithSimRun: ttft bench measuring the built-in simulator
+// over loopback HTTP and ttft sim run on the virtual clock, same workload
+// and load. Stated tolerance: throughput and mean ITL within 15 %, mean
+// TTFT within 5 ms + 25 % (live requests drift out of lockstep, offline
+// ones do not).
+func TestBenchAgreesWithSimRun(t *testing.T) {
+	live, off := t.TempDir(), t.TempDir()
+	common := []string{"--requests", "40", "--concurrency", "4", "--prompt-tokens", "256", "--max-tokens", "32"}
+	if code, _, stderr := runSimCLI(t, append([]string{"bench", "--out", live}, common...)...); code != ExitOK {
+		t.Fatalf("bench exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runSimCLI(t, append([]string{"sim", "run", "--enable-prefix-caching", "--max-model-len", "32768", "--out", off}, common...)...); code != ExitOK {
+		t.Fatalf("sim run exit %d: %s", code, stderr)
+	}
+	var a, b record.Summary
+	if err := record.ReadJSON(filepath.Join(live, "summary.json"), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := record.ReadJSON(filepath.Join(off, "summary.json"), &b); err != nil {
+		t.Fatal(err)
+	}
+	within := func(name string, got, want, abs, rel float64) {
+		t.Logf("%s: bench %.2f, sim run %.2f", name, got, want)
+		if d := got - want; d > abs+rel*want || d < -abs-rel*want {
+			t.Errorf("%s: bench %.2f vs sim run %.2f: outside %.0f + %.0f%%", name, got, want, abs, rel*100)
+		}
+	}
+	within("requests/s", a.Throughput.RequestsPerS, b.Throughput.RequestsPerS, 0, 0.15)
+	within("ITL mean ms", a.ITL.Mean, b.ITL.Mean, 0, 0.15)
+	within("TTFT mean ms", a.TTFT.Mean, b.TTFT.Mean, 5, 0.25)
+	if a.Tokens.OutputUsage != b.Tokens.OutputUsage || a.Tokens.PromptUsage != b.Tokens.PromptUsage {
+		t.Errorf("token totals differ: bench %+v, sim %+v", a.Tokens, b.Tokens)
+	}
+}

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+func runSweepCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb, Getenv: func(k string) string {
+		if k == "TTFT_DATA_DIR" {
+			return t.TempDir()
+		}
+		return ""
+	}})
+	return code, out.String(), errb.String()
+}
+
+func TestSweepSimGrid(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runSweepCLI(t, "sweep", "--sim", "--out", dir,
+		"--over", "concurrency=1,4", "--over", "prompt-tokens=256,1024", "--grid", "concurrency,prompt-tokens",
+		"--", "--requests", "12", "--max-tokens", "16")
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"concurrency=4 prompt-tokens=1024", "vs linear", "TTFT p95"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	var doc struct {
+		Points []struct {
+			Settings map[string]string `json:"settings"`
+			Summary  *struct {
+				Requests struct{ Completed int } `json:"requests"`
+				TTFT     struct{ P50 float64 }   `json:"ttft_ms"`
+			} `json:"summary"`
+		} `json:"points"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Points) != 4 {
+		t.Fatalf("%d points", len(doc.Points))
+	}
+	// Longer prompts at the same concurrency take longer to first token.
+	p := doc.Points
+	if p[0].Summary.Requests.Completed != 12 || !(p[1].Summary.TTFT.P50 > p[0].Summary.TTFT.P50) {
+		t.Fatalf("points %+v %+v", p[0].Summary, p[1].Summary)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "point-003", "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSweepUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"sweep"},
+		{"sweep", "--over", "concurrency"},
+		{"sweep", "--over", "concurrency=1", "--", "--out", "x"},
+		{"sweep", "--sim", "--over", "concurrency=1", "--", "--no-such-flag"},
+		{"sweep", "--sim", "--search", "concurrency", "--lo", "1", "--hi", "2", "--", "--requests", "3"},
+	} {
+		if code, out, errs := runSweepCLI(t, append(args[:1:1], append([]string{"--out", t.TempDir()}, args[1:]...)...)...); code != ExitUsage {
+			t.Errorf("%v: exit %d, want 2\n%s%s", args, code, out, errs)
+		}
+	}
+}
+
+// The watcher follows a growing requests.jsonl, ignores a partial last line,
+// and stops the run once the queue grows without bound.
+func TestWatchSaturation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stopped := make(chan string, 1)
+	go watchSaturation(ctx, path, 10*time.Millisecond, func(why string) { stopped <- why })
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 100; i++ {
+		r := record.Record{Index: i, Sent: t0.Add(time.Duration(i) * time.Second), TTFTMs: 50 + 10*float64(i)}
+		b, _ := json.Marshal(r)
+		if i == 99 {
+			f.Write(b[:len(b)/2]) // a line being written
+			break
+		}
+		f.Write(append(b, '\n'))
+		if i == 20 {
+			select {
+			case why := <-stopped:
+				t.Fatalf("stopped after 21 requests: %s", why)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	select {
+	case why := <-stopped:
+		if !strings.Contains(why, "TTFT median rose") {
+			t.Fatalf("reason %q", why)
+		}
+	case <-ctx.Done():
+		t.Fatal("growing TTFT not detected")
+	}
+}

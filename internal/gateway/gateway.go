@@ -1,0 +1,330 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// Options are the gateway's process-level dependencies.
+type Options struct {
+	// Logger receives the JSON access log and operational messages (nil:
+	// discarded). Prompt bodies and keys are never logged.
+	Logger *slog.Logger
+	// Registerer and Gatherer hold the metrics served on /metrics (nil: a
+	// private registry).
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// TracerProvider creates the gateway's spans (nil: no tracing). The W3C
+	// trace context of each span is propagated to the backend.
+	TracerProvider trace.TracerProvider
+	// Getenv resolves api_key_env on reloads (nil: os.Getenv).
+	Getenv func(string) string
+	// Transport talks to backends (nil: a tuned http.Transport).
+	Transport http.RoundTripper
+	// Seed makes the scheduler's random choices reproducible (0: clock).
+	Seed uint64
+}
+
+// Gateway is the routing reverse proxy. It implements http.Handler.
+type Gateway struct {
+	opts    Options
+	st      atomic.Pointer[state]
+	m       *metrics
+	gather  prometheus.Gatherer
+	tracer  trace.Tracer
+	client  *http.Client
+	log     *slog.Logger
+	budget  retryBudget
+	limits  limiters
+	hashers sync.Pool
+	bufs    sync.Pool // 32 KiB stream buffers
+	reload  sync.Mutex
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// state is one configuration's immutable routing tables; a reload swaps it.
+type state struct {
+	cfg        *Config
+	sched      *sched.Scheduler
+	ups        map[string]*upstream
+	routes     map[string]*Route
+	modelClass map[string]string
+	keys       map[string]*ClientKey
+	models     []string
+}
+
+// upstream is one backend as the proxy needs it.
+type upstream struct {
+	cfg BackendConfig
+	sb  *sched.Backend
+}
+
+// New builds a gateway and starts its health checks; Close stops them.
+func New(cfg Config, opts Options) (*Gateway, error) {
+	c := cfg
+	if err := c.validate(nil, opts.Getenv); err != nil {
+		return nil, err
+	}
+	g := &Gateway{opts: opts, log: opts.Logger, limits: limiters{keys: map[string]*keyLimits{}}}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Registerer
+	g.gather = opts.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, g.gather = r, r
+	}
+	if g.gather == nil {
+		if gg, ok := reg.(prometheus.Gatherer); ok {
+			g.gather = gg
+		} else {
+			g.gather = prometheus.DefaultGatherer
+		}
+	}
+	m, err := newMetrics(reg, g)
+	if err != nil {
+		return nil, fmt.Errorf("registering gateway metrics: %w", err)
+	}
+	g.m = m
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	g.tracer = tp.Tracer("github.com/ttft-dev/ttft/internal/gateway")
+	tr := opts.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:               nil, // never send backend traffic through an environment proxy
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // streams pass through byte for byte
+			ForceAttemptHTTP2:   false,
+			WriteBufferSize:     16 << 10,
+			ReadBufferSize:      16 << 10,
+		}
+	}
+	g.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	g.hashers.New = func() any { return sched.NewBlockHasher(sched.DefaultBlockBytes) }
+	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	if err := g.apply(&c); err != nil {
+		return nil, err
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.wg.Add(1)
+	go g.healthLoop()
+	return g, nil
+}
+
+// Close stops background work. In-flight requests are not interrupted.
+func (g *Gateway) Close() error {
+	g.cancel()
+	g.wg.Wait()
+	return nil
+}
+
+// Config returns the configuration in force.
+func (g *Gateway) Config() Config { return *g.st.Load().cfg }
+
+// Scheduler exposes the current scheduler (read-only use: evaluation, tests).
+func (g *Gateway) Scheduler() *sched.Scheduler { return g.st.Load().sched }
+
+// Reload validates cfg and swaps it in. Streams in flight continue on the
+// backends they started on; a backend whose definition did not change keeps
+// its learned state (predictors, prefix index, breaker).
+func (g *Gateway) Reload(cfg Config) error {
+	c := cfg
+	if err := c.validate(nil, g.opts.Getenv); err != nil {
+		return err
+	}
+	return g.apply(&c)
+}
+
+func (g *Gateway) apply(c *Config) error {
+	g.reload.Lock()
+	defer g.reload.Unlock()
+	old := g.st.Load()
+	st := &state{cfg: c, ups: map[string]*upstream{}, routes: map[string]*Route{}, modelClass: map[string]string{}, keys: map[string]*ClientKey{}}
+	var sbs []*sched.Backend
+	models := map[string]bool{}
+	for _, bc := range c.Backends {
+		spec := sched.BackendSpec{
+			Name: bc.Name, Models: slices.Clone(bc.Models), Weight: bc.Weight,
+			MaxConcurrency: bc.MaxConcurrency, PrefixBlocks: bc.PrefixBlocks,
+		}
+		switch bc.API {
+		case "both":
+			spec.APIs = []string{"openai", "anthropic"}
+		default:
+			spec.APIs = []string{bc.API}
+		}
+		if spec.Weight == 0 {
+			spec.Weight = 1
+		}
+		var sb *sched.Backend
+		if old != nil {
+			if ou := old.ups[bc.Name]; ou != nil && ou.cfg.URL == bc.URL && reflect.DeepEqual(ou.sb.Spec, normSpec(spec)) {
+				sb = ou.sb
+			}
+		}
+		if sb == nil {
+			sb = sched.NewBackend(spec)
+		}
+		st.ups[bc.Name] = &upstream{cfg: bc, sb: sb}
+		sbs = append(sbs, sb)
+		for _, m := range bc.Models {
+			models[m] = true
+			if bc.SLOClass != "" && st.modelClass[m] == "" {
+				st.modelClass[m] = bc.SLOClass
+			}
+		}
+	}
+	for m := range models {
+		st.models = append(st.models, m)
+	}
+	sort.Strings(st.models)
+	for i := range c.Routes {
+		st.routes[c.Routes[i].Model] = &c.Routes[i]
+	}
+	for i := range c.Keys {
+		st.keys[c.Keys[i].SHA256] = &c.Keys[i]
+	}
+	if old != nil && old.cfg.Policy == c.Policy && old.cfg.Explore == c.Explore {
+		st.sched = old.sched
+		st.sched.SetBackends(sbs)
+	} else {
+		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore}, sbs)
+		if err != nil {
+			return err
+		}
+		st.sched = s
+	}
+	g.st.Store(st)
+	return nil
+}
+
+// normSpec applies NewBackend's defaults so specs compare equal.
+func normSpec(s sched.BackendSpec) sched.BackendSpec {
+	return sched.NewBackend(s).Spec
+}
+
+// ServeHTTP routes the gateway's endpoints.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/chat/completions", "/v1/completions":
+		g.inference(w, r, false)
+	case "/v1/messages":
+		g.inference(w, r, true)
+	case "/v1/models":
+		g.listModels(w, r)
+	case "/metrics":
+		promhttp.HandlerFor(g.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+	default:
+		writeError(w, false, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+	}
+}
+
+func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
+	st := g.st.Load()
+	if _, status, msg := g.authenticate(st, r); status != 0 {
+		writeError(w, false, status, "authentication_error", msg)
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range st.models {
+		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "ttft-gateway"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// authenticate checks the client key when keys are configured. It returns
+// the key (nil when keys are off), or an HTTP status and message.
+func (g *Gateway) authenticate(st *state, r *http.Request) (*ClientKey, int, string) {
+	if len(st.keys) == 0 {
+		return nil, 0, ""
+	}
+	k := clientKeyFrom(r.Header)
+	if k == "" {
+		return nil, http.StatusUnauthorized, "missing API key (Authorization: Bearer or x-api-key)"
+	}
+	ck := st.keys[HashKey(k)]
+	if ck == nil {
+		return nil, http.StatusUnauthorized, "invalid API key"
+	}
+	return ck, 0, ""
+}
+
+// ListenAndServe serves the gateway on addr until ctx ends, then shuts down
+// gracefully (in-flight streams get up to 30 s to finish).
+func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Serve is ListenAndServe on an existing listener.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	lim := g.st.Load().cfg.Limits
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: lim.HeaderTimeout.Std(),
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

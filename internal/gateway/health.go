@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// healthLoop runs active health checks (and vLLM metric scrapes) for every
+// backend each interval, starting immediately so that a backend dead at
+// start is marked down before most traffic reaches it.
+func (g *Gateway) healthLoop() {
+	defer g.wg.Done()
+	fails := map[string]int{}
+	for {
+		st := g.st.Load()
+		hc := st.cfg.Health
+		if !hc.Disabled {
+			g.checkAll(st, fails)
+		}
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-time.After(hc.Interval.Std()):
+		}
+	}
+}
+
+func (g *Gateway) checkAll(st *state, fails map[string]int) {
+	hc := st.cfg.Health
+	type result struct {
+		name string
+		err  error
+	}
+	var wg sync.WaitGroup
+	res := make(chan result, len(st.ups))
+	for name, u := range st.ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(g.ctx, hc.Timeout.Std())
+			defer cancel()
+			err := g.probe(ctx, u, hc.Path)
+			if err == nil && u.cfg.MetricsURL != "" {
+				if w, kv, serr := g.scrape(ctx, u.cfg.MetricsURL); serr == nil {
+					u.sb.SetEngineMetrics(w, kv)
+				} else {
+					g.log.Warn("scraping backend metrics", "backend", name, "error", serr.Error())
+				}
+			}
+			res <- result{name, err}
+		}()
+	}
+	wg.Wait()
+	close(res)
+	for r := range res {
+		u := st.ups[r.name]
+		if r.err == nil {
+			if !u.sb.Healthy() {
+				g.log.Info("backend up", "backend", r.name)
+			}
+			fails[r.name] = 0
+			u.sb.SetHealthy(true)
+			continue
+		}
+		fails[r.name]++
+		if fails[r.name] >= hc.Failures && u.sb.Healthy() {
+			g.log.Warn("backend down", "backend", r.name, "error", r.err.Error())
+			u.sb.SetHealthy(false)
+		}
+	}
+}
+
+func (g *Gateway) probe(ctx context.Context, u *upstream, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.cfg.URL+path, nil)
+	if err != nil {
+		return err
+	}
+	g.setBackendAuth(req.Header, u)
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 500 {
+		return fmt.Errorf("health check %s: status %d", path, resp.StatusCode)
+	}
+	return nil
+}
+
+// scrape reads vLLM's waiting-requests and KV-usage gauges from a
+// Prometheus text endpoint (summed over label sets, e.g. several models).
+func (g *Gateway) scrape(ctx context.Context, url string) (waiting, kv float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return parseEngineMetrics(io.LimitReader(resp.Body, 8<<20))
+}
+
+func parseEngineMetrics(r io.Reader) (waiting, kv float64, err error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return 0, 0, fmt.Errorf("parsing engine metrics: %w", err)
+	}
+	sum := func(f *dto.MetricFamily) float64 {
+		t := 0.0
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Gauge != nil:
+				t += m.Gauge.GetValue()
+			case m.Counter != nil:
+				t += m.Counter.GetValue()
+			case m.Untyped != nil:
+				t += m.Untyped.GetValue()
+			}
+		}
+		return t
+	}
+	for name, f := range fams {
+		switch {
+		case strings.HasSuffix(name, "num_requests_waiting"):
+			waiting = sum(f)
+		case strings.HasSuffix(name, "kv_cache_usage_perc"), strings.HasSuffix(name, "gpu_cache_usage_perc"):
+			kv = sum(f)
+		}
+	}
+	return waiting, kv, nil
+}

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// metrics are the gateway's Prometheus series, all prefixed ttft_gateway_.
+// Gauges that mirror scheduler state (in-flight, breaker, predictor error)
+// are read at scrape time by stateCollector instead of being updated on the
+// request path.
+type metrics struct {
+	ttft      *prometheus.HistogramVec
+	itl       *prometheus.HistogramVec
+	e2e       *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	sloViol   *prometheus.CounterVec
+	retries   *prometheus.CounterVec
+	admission *prometheus.CounterVec
+	streamErr *prometheus.CounterVec
+	predAPE   *prometheus.HistogramVec
+	schedTime prometheus.Histogram
+}
+
+// ttftBuckets cover 5 ms to 30 s; SLO targets (120/320/650 ms) fall on or
+// near bucket bounds so attainment can be read off the histogram.
+var ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.15, 0.2, 0.25, 0.32, 0.4, 0.5, 0.65, 0.8, 1, 1.5, 2, 3, 5, 10, 30}
+
+func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
+	m := &metrics{
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ttft_gateway_ttft_seconds", Help: "Time to first token seen through the gateway, from request arrival.",
+			Buckets: ttftBuckets,
+		}, []string{"backend", "slo_class"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ttft_gateway_itl_seconds", Help: "Gaps between consecutive token events passed through.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1},
+		}, []string{"backend"}),
+		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ttft_gateway_e2e_seconds", Help: "Request duration through the gateway.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}, []string{"backend", "slo_class"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_requests_total", Help: "Requests answered, by backend, SLO class and status code.",
+		}, []string{"backend", "slo_class", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_decisions_total", Help: "Scheduling decisions by policy, reason and chosen backend.",
+		}, []string{"policy", "reason", "backend"}),
+		sloViol: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_slo_violations_total", Help: "Requests whose TTFT exceeded their SLO.",
+		}, []string{"backend", "slo_class"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_retries_total", Help: "Attempts retried on another backend before the first byte, by failed backend and reason.",
+		}, []string{"backend", "reason"}),
+		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_admission_total", Help: "Requests no backend was predicted to serve within SLO, by action taken.",
+		}, []string{"action"}),
+		streamErr: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_stream_errors_total", Help: "Streams ended by the gateway with an error event after the first byte.",
+		}, []string{"backend", "reason"}),
+		predAPE: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ttft_gateway_predictor_abs_error_ratio", Help: "|actual − predicted| / actual of the TTFT prediction used for each decision.",
+			Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.12, 0.2, 0.3, 0.5, 1, 2},
+		}, []string{"backend"}),
+		schedTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ttft_gateway_scheduling_seconds", Help: "Time to take one scheduling decision.",
+			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3},
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, &stateCollector{g: g}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// stateCollector exports scheduler state at scrape time.
+type stateCollector struct{ g *Gateway }
+
+var (
+	descInFlight = prometheus.NewDesc("ttft_gateway_in_flight", "Requests in flight per backend.", []string{"backend"}, nil)
+	descQueued   = prometheus.NewDesc("ttft_gateway_queued_prompt_tokens", "Uncached prompt tokens sent to a backend still awaiting their first token.", []string{"backend"}, nil)
+	descBreaker  = prometheus.NewDesc("ttft_gateway_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open.", []string{"backend"}, nil)
+	descHealthy  = prometheus.NewDesc("ttft_gateway_backend_healthy", "1 when the last active health check passed.", []string{"backend"}, nil)
+	descDemoted  = prometheus.NewDesc("ttft_gateway_slo_state", "SLO tracker state: 0 ok, 1 demoted, 2 probing.", []string{"backend"}, nil)
+	descMAPE     = prometheus.NewDesc("ttft_gateway_predictor_mape", "Online mean absolute percentage error of each TTFT predictor (ratio).", []string{"backend", "predictor"}, nil)
+	descActive   = prometheus.NewDesc("ttft_gateway_predictor_active", "1 for the predictor currently used for a backend.", []string{"backend", "predictor"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.g.st.Load()
+	if st == nil {
+		return
+	}
+	now := time.Now()
+	for _, b := range st.sched.Backends() {
+		n := b.Name()
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(b.InFlight()), n)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(b.QueuedTokens()), n)
+		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, float64(b.BreakerState(now)), n)
+		h := 0.0
+		if b.Healthy() {
+			h = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, h, n)
+		ch <- prometheus.MustNewConstMetric(descDemoted, prometheus.GaugeValue, float64(b.SLOState(now)), n)
+		ps := b.PredictorStats()
+		for p, v := range ps.MAPE {
+			ch <- prometheus.MustNewConstMetric(descMAPE, prometheus.GaugeValue, v, n, p)
+		}
+		for _, p := range []string{sched.PredictorLinear, sched.PredictorQueue} {
+			a := 0.0
+			if p == ps.Active {
+				a = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, a, n, p)
+		}
+	}
+}

@@ -1,0 +1,726 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// GenAI semantic-convention keys (the same strings as package telemetry's;
+// spelled out so the proxy does not depend on the analysis packages
+// telemetry pulls in).
+const (
+	attrOperation   = attribute.Key("gen_ai.operation.name")
+	attrProvider    = attribute.Key("gen_ai.provider.name")
+	attrReqModel    = attribute.Key("gen_ai.request.model")
+	attrReqMax      = attribute.Key("gen_ai.request.max_tokens")
+	attrReqStream   = attribute.Key("gen_ai.request.stream")
+	attrFirstChunk  = attribute.Key("gen_ai.response.time_to_first_chunk")
+	attrOutTokens   = attribute.Key("gen_ai.usage.output_tokens")
+	attrHTTPStatus  = attribute.Key("http.response.status_code")
+	attrBackend     = attribute.Key("ttft.backend")
+	attrSLOViolated = attribute.Key("ttft.slo.violated")
+	eventFirstToken = "gen_ai.first_token"
+)
+
+// traceContext is the W3C propagator; a value, not the global one.
+var traceContext = propagation.TraceContext{}
+
+// Span attributes for routing decisions.
+const (
+	attrPolicy       = attribute.Key("ttft.gateway.policy")
+	attrReason       = attribute.Key("ttft.gateway.reason")
+	attrPredMean     = attribute.Key("ttft.gateway.predicted_ttft")
+	attrPredP95      = attribute.Key("ttft.gateway.predicted_ttft_p95")
+	attrPredictor    = attribute.Key("ttft.gateway.predictor")
+	attrSLO          = attribute.Key("ttft.gateway.slo")
+	attrSLOClass     = attribute.Key("ttft.gateway.slo_class")
+	attrAttempts     = attribute.Key("ttft.gateway.attempts")
+	attrCachedTokens = attribute.Key("ttft.gateway.cached_prompt_tokens")
+	attrCandidates   = attribute.Key("ttft.gateway.candidates")
+)
+
+// Headers the gateway reads or sets.
+const (
+	HeaderSLOMs    = "X-Ttft-Slo-Ms"
+	HeaderSLOClass = "X-Slo-Class"
+	HeaderBackend  = "X-Ttft-Backend"
+	HeaderAttempts = "X-Ttft-Attempts"
+)
+
+// requestBody is the part of an OpenAI or Anthropic request the gateway
+// reads: the model, whether it streams, and the prompt for prefix hashing.
+type requestBody struct {
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	System              json.RawMessage `json:"system"`
+	Prompt              json.RawMessage `json:"prompt"`
+	MaxTokens           int             `json:"max_tokens"`
+	MaxCompletionTokens int             `json:"max_completion_tokens"`
+}
+
+// contentText flattens a message content that is either a string or an
+// array of parts ({"type":"text","text":...}): OpenAI and Anthropic both
+// allow both shapes, and the same text must hash alike in all four.
+func contentText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	case '[':
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(raw, &parts) == nil {
+			var b strings.Builder
+			for _, p := range parts {
+				b.WriteString(p.Text)
+			}
+			return b.String()
+		}
+		// A completions prompt may be an array of strings.
+		var ss []string
+		if json.Unmarshal(raw, &ss) == nil {
+			return strings.Join(ss, "")
+		}
+	}
+	return ""
+}
+
+// hashPrompt canonicalises the prompt into h: a system prompt (OpenAI system
+// message or Anthropic "system") first, then each message as (role, text).
+func hashPrompt(h *sched.BlockHasher, rb *requestBody) {
+	if sys := contentText(rb.System); sys != "" {
+		h.Segment("system", sys)
+	}
+	for _, m := range rb.Messages {
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		h.Segment(role, contentText(m.Content))
+	}
+	if len(rb.Prompt) > 0 {
+		h.Text(contentText(rb.Prompt))
+	}
+}
+
+// exchange is one client request's bookkeeping, for metrics and the log.
+type exchange struct {
+	start     time.Time
+	api       string
+	anthropic bool
+	model     string
+	stream    bool
+	class     string
+	slo       time.Duration
+	key       string
+	backend   string
+	policy    string
+	reason    string
+	predicted time.Duration
+	status    int
+	attempts  int
+	ttft      time.Duration
+	outTokens int
+	errMsg    string
+	canceled  bool
+	admission string
+	span      trace.Span
+}
+
+func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bool) {
+	st := g.st.Load()
+	x := &exchange{start: time.Now(), anthropic: anthropic, api: "openai"}
+	if anthropic {
+		x.api = "anthropic"
+	}
+	defer g.finish(x)
+	if r.Method != http.MethodPost {
+		x.status = http.StatusMethodNotAllowed
+		writeError(w, anthropic, x.status, "invalid_request_error", "use POST")
+		return
+	}
+	ck, status, msg := g.authenticate(st, r)
+	if status != 0 {
+		x.status, x.errMsg = status, msg
+		writeError(w, anthropic, status, "authentication_error", msg)
+		return
+	}
+	var kl *keyLimits
+	if ck != nil {
+		x.key = ck.Name
+		kl = g.limits.get(ck, x.start)
+		if kl.req != nil {
+			if ok, wait := kl.req.allow(x.start, 1); !ok {
+				g.rateLimited(w, x, wait, "request rate limit exceeded for key "+ck.Name)
+				return
+			}
+		}
+	}
+	lim := st.cfg.Limits
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(lim.HeaderTimeout.Std()))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes))
+	rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			x.status, x.errMsg = http.StatusRequestEntityTooLarge, "body too large"
+			writeError(w, anthropic, x.status, "invalid_request_error", fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes))
+			return
+		}
+		x.status, x.errMsg, x.canceled = 499, "reading body: "+err.Error(), true
+		return
+	}
+	var rb requestBody
+	if err := json.Unmarshal(body, &rb); err != nil {
+		x.status, x.errMsg = http.StatusBadRequest, "invalid JSON body"
+		writeError(w, anthropic, x.status, "invalid_request_error", "request body is not valid JSON: "+err.Error())
+		return
+	}
+	x.model, x.stream = rb.Model, rb.Stream
+	if rb.Model == "" {
+		x.status = http.StatusBadRequest
+		writeError(w, anthropic, x.status, "invalid_request_error", `"model" is required`)
+		return
+	}
+	h := g.hashers.Get().(*sched.BlockHasher)
+	h.Reset()
+	defer g.hashers.Put(h)
+	hashPrompt(h, &rb)
+	promptTokens := h.Bytes() / 4
+	if kl != nil && kl.tok != nil {
+		if ok, wait := kl.tok.allow(x.start, float64(promptTokens)); !ok {
+			g.rateLimited(w, x, wait, "token rate limit exceeded for key "+ck.Name)
+			return
+		}
+	}
+	route := st.routes[rb.Model]
+	slo, class, err := resolveSLO(r.Header, route, st, rb.Model)
+	if err != nil {
+		x.status, x.errMsg = http.StatusBadRequest, err.Error()
+		writeError(w, anthropic, x.status, "invalid_request_error", err.Error())
+		return
+	}
+	x.slo, x.class = slo, class
+
+	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	op := "chat"
+	if r.URL.Path == "/v1/completions" {
+		op = "text_completion"
+	}
+	ctx, span := g.tracer.Start(ctx, op+" "+rb.Model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attrOperation.String(op), attrProvider.String(x.api), attrReqModel.String(rb.Model),
+		attrReqMax.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), attrReqStream.Bool(rb.Stream),
+		attrSLOClass.String(class), attrSLO.Float64(slo.Seconds())))
+	x.span = span // ended by finish, after the outcome is known
+
+	g.budget.deposit(st.cfg.Retry.Budget)
+	sreq := sched.Request{API: x.api, Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class}
+	degraded := false
+	var lastErr *attemptError
+	for {
+		t0 := time.Now()
+		t, err := st.sched.Pick(&sreq)
+		g.m.schedTime.Observe(time.Since(t0).Seconds())
+		if err != nil {
+			switch {
+			case lastErr != nil:
+				x.status, x.errMsg = lastErr.status, lastErr.msg
+			case errors.Is(err, sched.ErrNoBackend):
+				x.status, x.errMsg = http.StatusNotFound, err.Error()
+			default:
+				x.status, x.errMsg = http.StatusServiceUnavailable, err.Error()
+			}
+			span.SetStatus(codes.Error, x.errMsg)
+			writeError(w, anthropic, x.status, "api_error", x.errMsg)
+			return
+		}
+		x.attempts++
+		x.backend, x.policy, x.reason, x.predicted = t.Backend.Name(), t.Policy, t.Reason, t.Prediction.P95
+		g.m.decisions.WithLabelValues(t.Policy, t.Reason, t.Backend.Name()).Inc()
+		span.SetAttributes(attrBackend.String(t.Backend.Name()), attrPolicy.String(t.Policy), attrReason.String(t.Reason),
+			attrPredMean.Float64(t.Prediction.Mean.Seconds()), attrPredP95.Float64(t.Prediction.P95.Seconds()),
+			attrPredictor.String(t.Prediction.Predictor), attrCachedTokens.Int(t.CachedTokens), attrCandidates.Int(t.Candidates))
+		if !t.MeetsSLO && route != nil && route.Admission != AdmitBestEffort {
+			if route.Admission == AdmitReject {
+				t.End(sched.OutcomeCanceled)
+				x.admission = "reject"
+				g.m.admission.WithLabelValues("reject").Inc()
+				retry := max(time.Second, t.Prediction.P95-slo)
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
+				x.status, x.errMsg = http.StatusTooManyRequests, "no backend can meet the TTFT SLO"
+				writeError(w, anthropic, x.status, "rate_limit_error", fmt.Sprintf("no backend is predicted to meet the %v TTFT SLO; retry later", slo))
+				return
+			}
+			if !degraded {
+				t.End(sched.OutcomeCanceled)
+				nb, err := setModel(body, route.DegradeTo)
+				if err == nil {
+					degraded, body = true, nb
+					x.admission = "degrade"
+					g.m.admission.WithLabelValues("degrade").Inc()
+					sreq.Model, x.model = route.DegradeTo, route.DegradeTo
+					x.attempts--
+					continue
+				}
+			}
+		} else if !t.MeetsSLO {
+			x.admission = "best-effort"
+			g.m.admission.WithLabelValues("best-effort").Inc()
+		}
+		u := st.ups[t.Backend.Name()]
+		ae := g.attempt(ctx, w, r, x, t, u, body, lim)
+		if ae == nil {
+			return
+		}
+		if !ae.retriable || ae.committed {
+			x.status, x.errMsg = ae.status, ae.msg
+			if !ae.committed {
+				writeError(w, anthropic, ae.status, "api_error", ae.msg)
+			}
+			return
+		}
+		lastErr = ae
+		if x.attempts >= st.cfg.Retry.Attempts || !g.budget.withdraw() {
+			x.status, x.errMsg = ae.status, ae.msg
+			span.SetStatus(codes.Error, ae.msg)
+			writeError(w, anthropic, ae.status, "api_error", fmt.Sprintf("backend failed after %d attempt(s): %s", x.attempts, ae.msg))
+			return
+		}
+		g.m.retries.WithLabelValues(t.Backend.Name(), ae.reason).Inc()
+		sreq.Exclude = append(sreq.Exclude, t.Backend.Name())
+	}
+}
+
+func (g *Gateway) rateLimited(w http.ResponseWriter, x *exchange, wait time.Duration, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+	x.status, x.errMsg = http.StatusTooManyRequests, msg
+	writeError(w, x.anthropic, x.status, "rate_limit_error", msg)
+}
+
+// resolveSLO picks the request's TTFT target: x-ttft-slo-ms, then
+// x-slo-class, then the model's route, then the gateway default class, then
+// the class of a backend serving the model.
+func resolveSLO(h http.Header, route *Route, st *state, model string) (time.Duration, string, error) {
+	if v := h.Get(HeaderSLOMs); v != "" {
+		ms, err := strconv.ParseFloat(v, 64)
+		if err != nil || ms <= 0 || ms > 3_600_000 {
+			return 0, "", fmt.Errorf("header %s: %q is not a positive number of milliseconds", HeaderSLOMs, v)
+		}
+		class := "custom"
+		if c := h.Get(HeaderSLOClass); c != "" {
+			if _, ok := sched.ClassSLO(c); ok {
+				class = strings.ToLower(c)
+			}
+		}
+		return time.Duration(ms * float64(time.Millisecond)), class, nil
+	}
+	if v := h.Get(HeaderSLOClass); v != "" {
+		c, err := sched.ParseClass(v)
+		if err != nil {
+			return 0, "", fmt.Errorf("header %s: %w", HeaderSLOClass, err)
+		}
+		d, _ := sched.ClassSLO(c)
+		return d, c, nil
+	}
+	if route != nil {
+		if route.SLOMs > 0 {
+			return time.Duration(route.SLOMs) * time.Millisecond, "route", nil
+		}
+		if route.SLOClass != "" {
+			d, _ := sched.ClassSLO(route.SLOClass)
+			return d, route.SLOClass, nil
+		}
+	}
+	c := st.cfg.SLOClass
+	if c == "" {
+		c = st.modelClass[model]
+	}
+	if c != "" {
+		d, _ := sched.ClassSLO(c)
+		return d, c, nil
+	}
+	return 0, "none", nil
+}
+
+// setModel rewrites the body's "model" (degrading to a lighter model).
+func setModel(body []byte, model string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	mb, _ := json.Marshal(model)
+	m["model"] = mb
+	return json.Marshal(m)
+}
+
+// attemptError is a failed attempt: retriable ones happened before any byte
+// reached the client.
+type attemptError struct {
+	status    int
+	msg       string
+	reason    string
+	retriable bool
+	committed bool
+}
+
+// hopHeaders are never forwarded in either direction; clientSecrets are the
+// client's credentials, never passed to a backend.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Authenticate"}
+var clientSecrets = []string{"Authorization", "X-Api-Key", "Proxy-Authorization", "Cookie", "Api-Key"}
+
+func (g *Gateway) setBackendAuth(h http.Header, u *upstream) {
+	if u.cfg.apiKey == "" {
+		return
+	}
+	switch u.cfg.API {
+	case "anthropic":
+		h.Set("X-Api-Key", u.cfg.apiKey)
+	default:
+		h.Set("Authorization", "Bearer "+u.cfg.apiKey)
+		if u.cfg.API == "both" {
+			h.Set("X-Api-Key", u.cfg.apiKey)
+		}
+	}
+}
+
+// attempt sends the request to one backend and, once the backend's first
+// body byte arrives, commits to it and streams the answer through.
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, t *sched.Ticket, u *upstream, body []byte, lim Limits) *attemptError {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// One timer bounds both the wait for the first byte and each later
+	// silence; it cancels the backend request when it fires.
+	var stalled atomic.Bool
+	timer := time.AfterFunc(lim.FirstByteTimeout.Std(), func() { stalled.Store(true); cancel() })
+	defer timer.Stop()
+
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, u.cfg.URL+r.URL.Path, bytes.NewReader(body))
+	if err != nil {
+		t.End(sched.OutcomeCanceled)
+		return &attemptError{status: http.StatusInternalServerError, msg: "building backend request: " + err.Error()}
+	}
+	out.URL.RawQuery = r.URL.RawQuery
+	for k, vs := range r.Header {
+		out.Header[k] = vs
+	}
+	for _, k := range hopHeaders {
+		out.Header.Del(k)
+	}
+	for _, k := range clientSecrets {
+		out.Header.Del(k)
+	}
+	out.Header.Del("Accept-Encoding")
+	out.Header.Del("Content-Length")
+	out.Header.Del("Traceparent")
+	out.Header.Del("Tracestate")
+	out.ContentLength = int64(len(body))
+	g.setBackendAuth(out.Header, u)
+	traceContext.Inject(actx, propagation.HeaderCarrier(out.Header))
+
+	fail := func(status int, reason, msg string) *attemptError {
+		o := sched.OutcomeFailed
+		if ctx.Err() != nil && !stalled.Load() {
+			o = sched.OutcomeCanceled
+			x.canceled = true
+		}
+		t.End(o)
+		return &attemptError{status: status, reason: reason, msg: msg, retriable: o == sched.OutcomeFailed}
+	}
+	resp, err := g.client.Do(out)
+	if err != nil {
+		if stalled.Load() {
+			return fail(http.StatusGatewayTimeout, "first_byte_timeout", fmt.Sprintf("backend %s sent nothing within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
+		}
+		return fail(http.StatusBadGateway, "connect", fmt.Sprintf("backend %s unreachable", u.cfg.Name))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return fail(http.StatusBadGateway, "status_"+strconv.Itoa(resp.StatusCode), fmt.Sprintf("backend %s answered %d", u.cfg.Name, resp.StatusCode))
+	}
+
+	isStream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && resp.StatusCode == http.StatusOK
+	// Before committing, a stream is read up to its first token event (its
+	// end, an error event, or a full buffer): a backend that stalls or dies
+	// before producing a token is retried elsewhere, and the client has
+	// seen nothing. Events held back here (role announcements, message
+	// starts) carry no token, so holding them costs the client no TTFT.
+	bp := g.bufs.Get().(*[]byte)
+	defer g.bufs.Put(bp)
+	buf := *bp
+	n := 0
+	var rerr error
+	for {
+		var m int
+		m, rerr = resp.Body.Read(buf[n:])
+		n += m
+		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], x.anthropic)) {
+			break
+		}
+		if rerr != nil {
+			if !isStream && n == 0 && rerr == io.EOF && resp.StatusCode >= 300 {
+				break // an empty error answer is still an answer
+			}
+			reason, msg := "cut_before_first_token", fmt.Sprintf("backend %s ended before its first token", u.cfg.Name)
+			if stalled.Load() {
+				reason, msg = "first_token_timeout", fmt.Sprintf("backend %s sent no token within %v", u.cfg.Name, lim.FirstByteTimeout.Std())
+			}
+			return fail(http.StatusBadGateway, reason, msg)
+		}
+	}
+	// The first-token timer must not fire once the client has been
+	// answered: stop it before committing. If it already fired, the
+	// backend request is cancelled, but the client has seen nothing, so the
+	// attempt is still retriable.
+	if !timer.Stop() {
+		return fail(http.StatusGatewayTimeout, "first_token_timeout", fmt.Sprintf("backend %s sent no token within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
+	}
+	// Committed: from here on nothing is retried.
+	hdr := w.Header()
+	for k, vs := range resp.Header {
+		hdr[k] = vs
+	}
+	for _, k := range hopHeaders {
+		hdr.Del(k)
+	}
+	hdr.Set(HeaderBackend, u.cfg.Name)
+	hdr.Set(HeaderAttempts, strconv.Itoa(x.attempts))
+	if isStream {
+		hdr.Del("Content-Length")
+	}
+	x.status = resp.StatusCode
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+
+	if !isStream {
+		// Plain JSON answer: copy it with bounded memory.
+		timer.Reset(lim.IdleStreamTimeout.Std())
+		_, werr := w.Write(buf[:n])
+		if werr == nil && rerr == nil {
+			_, werr = io.Copy(w, resp.Body)
+		}
+		o := sched.OutcomeOK
+		if werr != nil && ctx.Err() != nil {
+			o, x.canceled = sched.OutcomeCanceled, true
+		}
+		if x.status == http.StatusOK && bytes.Contains(buf[:n], []byte(`"usage"`)) {
+			x.outTokens = max(intAfter(buf[:n], kCompTok), intAfter(buf[:n], kOutTok))
+		}
+		t.End(o)
+		return nil
+	}
+
+	// Streaming pass-through. pending holds bytes read but not yet written:
+	// at most one incomplete event.
+	timer.Reset(lim.IdleStreamTimeout.Std())
+	itl := g.m.itl.WithLabelValues(u.cfg.Name)
+	var last time.Time
+	done, sawError := false, false
+	pending := buf[:n]
+	readErr := rerr
+	for {
+		if len(pending) > 0 {
+			k := splitEvents(pending, func(ev []byte) {
+				si := classify(ev, x.anthropic)
+				if si.token {
+					now := time.Now()
+					if last.IsZero() {
+						t.FirstToken()
+						x.ttft = now.Sub(x.start)
+						x.span.AddEvent(eventFirstToken)
+						if t.Prediction.Mean > 0 {
+							ttft := t.Elapsed().Seconds()
+							if ttft > 0 {
+								g.m.predAPE.WithLabelValues(u.cfg.Name).Observe(math.Abs(ttft-t.Prediction.Mean.Seconds()) / ttft)
+							}
+						}
+					} else {
+						itl.Observe(now.Sub(last).Seconds())
+					}
+					last = now
+				}
+				if si.output > 0 {
+					x.outTokens = si.output
+				}
+				done = done || si.done
+				sawError = sawError || si.errEv
+			})
+			if k == 0 && len(pending) >= len(buf) {
+				// One event larger than the buffer: forward what we have
+				// rather than pin unbounded memory on it.
+				k = len(pending)
+			}
+			if k > 0 {
+				rc.SetWriteDeadline(time.Now().Add(lim.IdleStreamTimeout.Std()))
+				if _, err := w.Write(pending[:k]); err != nil {
+					x.canceled = true
+					t.End(sched.OutcomeCanceled)
+					return nil
+				}
+				if err := rc.Flush(); err != nil {
+					x.canceled = true
+					t.End(sched.OutcomeCanceled)
+					return nil
+				}
+				pending = append(buf[:0], pending[k:]...)
+			}
+		}
+		if readErr != nil {
+			break
+		}
+		var m int
+		m, readErr = resp.Body.Read(buf[len(pending):cap(buf)])
+		if m > 0 {
+			timer.Reset(lim.IdleStreamTimeout.Std())
+			pending = buf[:len(pending)+m]
+		}
+	}
+	if done || (readErr == io.EOF && len(pending) == 0 && sawError) {
+		t.End(sched.OutcomeOK)
+		return nil
+	}
+	// The backend stopped before its end marker: cut, killed or stalled.
+	if ctx.Err() != nil && !stalled.Load() {
+		x.canceled = true
+		t.End(sched.OutcomeCanceled)
+		return nil
+	}
+	reason := "cut"
+	msg := fmt.Sprintf("backend %s ended the stream before it was complete", u.cfg.Name)
+	if stalled.Load() {
+		reason = "stall"
+		msg = fmt.Sprintf("backend %s sent nothing for %v", u.cfg.Name, lim.IdleStreamTimeout.Std())
+	}
+	g.m.streamErr.WithLabelValues(u.cfg.Name, reason).Inc()
+	t.End(sched.OutcomeFailed)
+	rc.SetWriteDeadline(time.Now().Add(lim.IdleStreamTimeout.Std()))
+	w.Write(errorEvent(x.anthropic, msg))
+	rc.Flush()
+	x.errMsg = msg
+	return nil
+}
+
+// readyToCommit reports whether the complete events in b include a token,
+// the stream's end or an error event.
+func readyToCommit(b []byte, anthropic bool) bool {
+	ready := false
+	splitEvents(b, func(ev []byte) {
+		if !ready {
+			si := classify(ev, anthropic)
+			ready = si.token || si.done || si.errEv
+		}
+	})
+	return ready
+}
+
+// finish records metrics and the access log line for one request.
+func (g *Gateway) finish(x *exchange) {
+	backend := x.backend
+	if backend == "" {
+		backend = "none"
+	}
+	class := x.class
+	if class == "" {
+		class = "none"
+	}
+	e2e := time.Since(x.start)
+	code := strconv.Itoa(x.status)
+	if x.canceled {
+		code = "canceled"
+	}
+	g.m.requests.WithLabelValues(backend, class, code).Inc()
+	if x.status != 0 && x.status < 400 {
+		g.m.e2e.WithLabelValues(backend, class).Observe(e2e.Seconds())
+	}
+	if x.ttft > 0 {
+		g.m.ttft.WithLabelValues(backend, class).Observe(x.ttft.Seconds())
+		if x.slo > 0 && x.ttft > x.slo {
+			g.m.sloViol.WithLabelValues(backend, class).Inc()
+		}
+	}
+	if x.span != nil {
+		x.span.SetAttributes(attrHTTPStatus.Int(x.status), attrAttempts.Int(x.attempts), attrOutTokens.Int(x.outTokens))
+		if x.ttft > 0 {
+			x.span.SetAttributes(attrFirstChunk.Float64(x.ttft.Seconds()))
+		}
+		if x.slo > 0 && x.ttft > 0 {
+			x.span.SetAttributes(attrSLOViolated.Bool(x.ttft > x.slo))
+		}
+		if x.errMsg != "" && !x.canceled {
+			x.span.SetStatus(codes.Error, x.errMsg)
+		}
+		x.span.End()
+	}
+	if !*g.st.Load().cfg.AccessLog {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("api", x.api), slog.String("model", x.model), slog.Bool("stream", x.stream),
+		slog.Int("status", x.status), slog.String("backend", x.backend), slog.String("policy", x.policy),
+		slog.String("reason", x.reason), slog.String("slo_class", x.class),
+		slog.Float64("slo_ms", ms(x.slo)), slog.Float64("predicted_p95_ms", ms(x.predicted)),
+		slog.Float64("ttft_ms", ms(x.ttft)), slog.Float64("e2e_ms", ms(e2e)),
+		slog.Int("attempts", x.attempts), slog.Int("output_tokens", x.outTokens),
+	}
+	if x.key != "" {
+		attrs = append(attrs, slog.String("key", x.key))
+	}
+	if x.admission != "" {
+		attrs = append(attrs, slog.String("admission", x.admission))
+	}
+	if x.canceled {
+		attrs = append(attrs, slog.Bool("client_canceled", true))
+	}
+	if x.errMsg != "" {
+		attrs = append(attrs, slog.String("error", x.errMsg))
+	}
+	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// writeError answers in the API's own error shape.
+func writeError(w http.ResponseWriter, anthropic bool, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	m := jsonString(msg)
+	if anthropic {
+		io.WriteString(w, `{"type":"error","error":{"type":"`+typ+`","message":`+m+"}}\n")
+		return
+	}
+	io.WriteString(w, `{"error":{"message":`+m+`,"type":"`+typ+`","code":`+strconv.Itoa(status)+"}}\n")
+}
+
+var _ prometheus.Collector = (*stateCollector)(nil)

@@ -1,0 +1,297 @@
+package sched
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BackendSpec is the static description of a backend the scheduler needs.
+type BackendSpec struct {
+	Name string
+	// APIs the backend speaks ("openai", "anthropic").
+	APIs []string
+	// Models served; empty means any model.
+	Models []string
+	// Weight biases round-robin, random and load scores (default 1).
+	Weight float64
+	// MaxConcurrency caps in-flight requests (0 = unlimited).
+	MaxConcurrency int
+	// PrefixBlocks bounds the prefix index (0 = 65536 blocks).
+	PrefixBlocks int
+	// PriorTTFT is the predictors' guess before they have data (0 = 100 ms).
+	PriorTTFT time.Duration
+}
+
+// Breaker states, in the order exported as a metric value.
+const (
+	BreakerClosed   = 0
+	BreakerHalfOpen = 1
+	BreakerOpen     = 2
+)
+
+// SLO tracker states.
+const (
+	SLOOK       = 0
+	SLODemoted  = 1
+	SLOProbing  = 2
+	demoteAfter = 3
+)
+
+// Backend is one backend's live scheduling state. It is shared by the
+// scheduler, the tickets of requests in flight on it, and the gateway's
+// health checker; every field is safe for concurrent use.
+type Backend struct {
+	Spec BackendSpec
+
+	inFlight     atomic.Int64
+	queuedTokens atomic.Int64
+	healthy      atomic.Bool
+	// Scraped engine metrics (float64 bits).
+	waiting atomic.Uint64
+	kvUsage atomic.Uint64
+
+	prefix *PrefixIndex
+	preds  *predictorSet
+
+	mu sync.Mutex
+	// Circuit breaker (failures of the transport or the backend's 5xx).
+	brState     int
+	brFailures  int
+	brOpenUntil time.Time
+	brCooldown  time.Duration
+	brTrial     bool
+	// SLO tracker (the article's demotion after consecutive violations).
+	sloState    int
+	sloViol     int
+	sloUntil    time.Time
+	sloCooldown time.Duration
+	sloProbe    bool
+	// Attainment as an exponentially weighted average, for the sla score.
+	attain float64
+	nSLO   int
+}
+
+// Breaker tuning.
+const (
+	breakerFailures    = 5
+	breakerCooldown    = 2 * time.Second
+	breakerMaxCooldown = 30 * time.Second
+	demoteCooldown     = 2 * time.Second
+	demoteMaxCooldown  = 30 * time.Second
+)
+
+// NewBackend returns fresh state for spec.
+func NewBackend(spec BackendSpec) *Backend {
+	if spec.Weight <= 0 {
+		spec.Weight = 1
+	}
+	if spec.PrefixBlocks <= 0 {
+		spec.PrefixBlocks = 65536
+	}
+	if spec.PriorTTFT <= 0 {
+		spec.PriorTTFT = 100 * time.Millisecond
+	}
+	b := &Backend{Spec: spec, prefix: NewPrefixIndex(spec.PrefixBlocks), preds: newPredictorSet(spec.PriorTTFT), attain: 1}
+	b.healthy.Store(true)
+	return b
+}
+
+// Name is the backend's configured name.
+func (b *Backend) Name() string { return b.Spec.Name }
+
+// InFlight is the number of requests the scheduler sent that have not ended.
+func (b *Backend) InFlight() int64 { return b.inFlight.Load() }
+
+// QueuedTokens is the uncached prompt tokens of requests awaiting their first token.
+func (b *Backend) QueuedTokens() int64 { return b.queuedTokens.Load() }
+
+// SetHealthy records the active health check's verdict.
+func (b *Backend) SetHealthy(ok bool) { b.healthy.Store(ok) }
+
+// Healthy reports the last active health check's verdict.
+func (b *Backend) Healthy() bool { return b.healthy.Load() }
+
+// SetEngineMetrics records scraped engine gauges (vLLM's
+// num_requests_waiting and kv_cache_usage_perc).
+func (b *Backend) SetEngineMetrics(waiting, kvUsage float64) {
+	b.waiting.Store(math.Float64bits(waiting))
+	b.kvUsage.Store(math.Float64bits(kvUsage))
+}
+
+// EngineMetrics returns the last scraped engine gauges.
+func (b *Backend) EngineMetrics() (waiting, kvUsage float64) {
+	return math.Float64frombits(b.waiting.Load()), math.Float64frombits(b.kvUsage.Load())
+}
+
+// Prefix exposes the backend's prefix index (for tests and warm-up).
+func (b *Backend) Prefix() *PrefixIndex { return b.prefix }
+
+// PredictorStats reports the active predictor and each one's MAPE.
+func (b *Backend) PredictorStats() PredictorStats { return b.preds.stats() }
+
+// serves reports whether the backend serves model over api.
+func (b *Backend) serves(api, model string) bool {
+	if api != "" && len(b.Spec.APIs) > 0 && !slices.Contains(b.Spec.APIs, api) {
+		return false
+	}
+	return len(b.Spec.Models) == 0 || model == "" || slices.Contains(b.Spec.Models, model)
+}
+
+// BreakerState returns the breaker's state at now.
+func (b *Backend) BreakerState(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.breakerStateLocked(now)
+}
+
+func (b *Backend) breakerStateLocked(now time.Time) int {
+	if b.brState == BreakerOpen && !now.Before(b.brOpenUntil) {
+		b.brState = BreakerHalfOpen
+		b.brTrial = false
+	}
+	return b.brState
+}
+
+// SLOState returns the SLO tracker's state at now.
+func (b *Backend) SLOState(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sloStateLocked(now)
+}
+
+func (b *Backend) sloStateLocked(now time.Time) int {
+	if b.sloState == SLODemoted && !now.Before(b.sloUntil) {
+		b.sloState = SLOProbing
+		b.sloProbe = false
+	}
+	return b.sloState
+}
+
+// admissible reports whether the breaker lets a request through now (a
+// half-open breaker admits one trial at a time).
+func (b *Backend) admissible(now time.Time) bool {
+	if !b.healthy.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.breakerStateLocked(now) {
+	case BreakerOpen:
+		return false
+	case BreakerHalfOpen:
+		return !b.brTrial
+	}
+	return true
+}
+
+// sloOK reports whether the SLO tracker currently lets ordinary traffic
+// through: not demoted, or half-open with no probe in flight.
+func (b *Backend) sloOK(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.sloStateLocked(now) {
+	case SLODemoted:
+		return false
+	case SLOProbing:
+		return !b.sloProbe
+	}
+	return true
+}
+
+// claim marks the trial/probe slots a dispatched request takes.
+func (b *Backend) claim(now time.Time) (trial, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.breakerStateLocked(now) == BreakerHalfOpen && !b.brTrial {
+		b.brTrial, trial = true, true
+	}
+	if b.sloStateLocked(now) == SLOProbing && !b.sloProbe {
+		b.sloProbe, probe = true, true
+	}
+	return trial, probe
+}
+
+// reportOutcome feeds the breaker: ok=false is a transport failure or 5xx.
+func (b *Backend) reportOutcome(now time.Time, ok, trial bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.breakerStateLocked(now)
+	if ok {
+		b.brFailures = 0
+		if st == BreakerHalfOpen && trial {
+			b.brState, b.brCooldown, b.brTrial = BreakerClosed, 0, false
+		}
+		return
+	}
+	b.brFailures++
+	if (st == BreakerHalfOpen && trial) || (st == BreakerClosed && b.brFailures >= breakerFailures) {
+		b.brCooldown = nextCooldown(b.brCooldown, breakerCooldown, breakerMaxCooldown)
+		b.brState, b.brOpenUntil, b.brTrial = BreakerOpen, now.Add(b.brCooldown), false
+	}
+}
+
+// releaseTrial frees a trial or probe slot whose request ended without a
+// verdict (cancelled by the client), so the half-open state is not stuck.
+func (b *Backend) releaseTrial(trial, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if trial {
+		b.brTrial = false
+	}
+	if probe {
+		b.sloProbe = false
+	}
+}
+
+// reportSLO feeds the SLO tracker with one request that had a TTFT target.
+func (b *Backend) reportSLO(now time.Time, met, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := 0.0
+	if met {
+		v = 1
+	}
+	b.attain += 0.05 * (v - b.attain)
+	b.nSLO++
+	st := b.sloStateLocked(now)
+	if met {
+		b.sloViol = 0
+		if st == SLOProbing && probe {
+			b.sloState, b.sloCooldown, b.sloProbe = SLOOK, 0, false
+		}
+		return
+	}
+	b.sloViol++
+	if (st == SLOProbing && probe) || (st == SLOOK && b.sloViol >= demoteAfter) {
+		b.sloCooldown = nextCooldown(b.sloCooldown, demoteCooldown, demoteMaxCooldown)
+		b.sloState, b.sloUntil, b.sloProbe = SLODemoted, now.Add(b.sloCooldown), false
+	}
+}
+
+// attainment is the recent SLO attainment (1 before any data).
+func (b *Backend) attainment() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.attain
+}
+
+func nextCooldown(cur, first, maxC time.Duration) time.Duration {
+	if cur == 0 {
+		return first
+	}
+	return min(2*cur, maxC)
+}
+
+func (b *Backend) features(promptTokens, uncached int) Features {
+	return Features{
+		PromptTokens:   float64(promptTokens),
+		UncachedTokens: float64(uncached),
+		InFlight:       float64(b.inFlight.Load()),
+		QueuedTokens:   float64(b.queuedTokens.Load()),
+		Waiting:        math.Float64frombits(b.waiting.Load()),
+		KVUsage:        math.Float64frombits(b.kvUsage.Load()),
+	}
+}

@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"bytes"
+)
+
+// splitEvents finds the complete server-sent events at the start of b and
+// calls fn on each (the event's bytes including its terminating blank line).
+// It returns how many bytes those events span; the rest is an incomplete
+// event to keep until more bytes arrive.
+//
+// The gateway forwards bytes unchanged, so splitting only decides where a
+// write may end: never inside an event, so that a stream cut by its backend
+// can be closed with a well-formed error event instead of half of one.
+// Lines end in LF, CRLF or CR (the SSE grammar); a CR as the very last byte
+// is undecided (it may be the start of a CRLF) and waits for the next byte.
+func splitEvents(b []byte, fn func(ev []byte)) int {
+	start := 0
+	lineStart := true
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c != '\n' && c != '\r' {
+			// Skip to the next line terminator in one call.
+			j := bytes.IndexAny(b[i:], "\r\n")
+			if j < 0 {
+				break
+			}
+			i += j
+			lineStart = false
+			continue
+		}
+		tl := 1
+		if c == '\r' {
+			if i+1 == len(b) {
+				break
+			}
+			if b[i+1] == '\n' {
+				tl = 2
+			}
+		}
+		if lineStart {
+			end := i + tl
+			if fn != nil {
+				fn(b[start:end])
+			}
+			start = end
+		}
+		lineStart = true
+		i += tl
+	}
+	return start
+}
+
+// streamInfo is what the gateway learns from one event without decoding it:
+// whether it carries a token, ends the stream, reports an error, and the
+// cumulative output-token usage when present.
+type streamInfo struct {
+	token  bool
+	done   bool
+	errEv  bool
+	output int
+}
+
+var (
+	kContent   = []byte(`"content":"`)
+	kText      = []byte(`"text":"`)
+	kReasoning = []byte(`"reasoning_content":"`)
+	kReason2   = []byte(`"reasoning":"`)
+	kToolCalls = []byte(`"tool_calls":[{`)
+	kDone      = []byte(`[DONE]`)
+	kDelta     = []byte(`content_block_delta`)
+	kStop      = []byte(`message_stop`)
+	kErrEvent  = []byte(`event: error`)
+	kErrField  = []byte(`"error":`)
+	kCompTok   = []byte(`"completion_tokens":`)
+	kOutTok    = []byte(`"output_tokens":`)
+)
+
+// classify inspects one event with byte searches only (no JSON decoding, no
+// allocation): the per-token cost of observing a stream must stay tiny.
+func classify(ev []byte, anthropic bool) streamInfo {
+	var si streamInfo
+	if anthropic {
+		si.token = bytes.Contains(ev, kDelta)
+		si.done = bytes.Contains(ev, kStop)
+		si.errEv = bytes.Contains(ev, kErrEvent)
+		if !si.token {
+			si.output = intAfter(ev, kOutTok)
+		}
+		return si
+	}
+	if bytes.Contains(ev, kDone) {
+		si.done = true
+		return si
+	}
+	si.token = nonEmptyString(ev, kContent) || nonEmptyString(ev, kText) ||
+		nonEmptyString(ev, kReasoning) || nonEmptyString(ev, kReason2) || bytes.Contains(ev, kToolCalls)
+	if !si.token {
+		si.errEv = bytes.Contains(ev, kErrField)
+		si.output = intAfter(ev, kCompTok)
+	}
+	return si
+}
+
+// nonEmptyString reports whether key (ending in an opening quote) is
+// followed by at least one character before the closing quote.
+func nonEmptyString(b, key []byte) bool {
+	for {
+		i := bytes.Index(b, key)
+		if i < 0 {
+			return false
+		}
+		b = b[i+len(key):]
+		if len(b) > 0 && b[0] != '"' {
+			return true
+		}
+	}
+}
+
+// intAfter parses the non-negative integer after key (0 when absent).
+func intAfter(b, key []byte) int {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return 0
+	}
+	b = b[i+len(key):]
+	for len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' || n > 1<<40 {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// errorEvent is the event that ends a stream the gateway could not finish:
+// OpenAI clients see an error object in a data line, Anthropic clients an
+// "error" event, as each API documents for mid-stream failures.
+func errorEvent(anthropic bool, msg string) []byte {
+	m := jsonString(msg)
+	if anthropic {
+		return []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":" + m + "}}\n\n")
+	}
+	return []byte("data: {\"error\":{\"message\":" + m + ",\"type\":\"upstream_error\",\"code\":\"backend_stream_interrupted\"}}\n\n")
+}
+
+func jsonString(s string) string {
+	var b bytes.Buffer
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20:
+			b.WriteString(" ")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

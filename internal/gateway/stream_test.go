@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+func TestSplitEvents(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		rest string
+	}{
+		{"data: a\n\ndata: b\n\n", []string{"data: a\n\n", "data: b\n\n"}, ""},
+		{"data: a\r\n\r\ndata: b", []string{"data: a\r\n\r\n"}, "data: b"},
+		{"event: x\ndata: y\n\ndata: partial\n", []string{"event: x\ndata: y\n\n"}, "data: partial\n"},
+		{"data: a\r\r", nil, "data: a\r\r"}, // trailing CR undecided
+		{"data: a\r\rdata: b\r\r\n", []string{"data: a\r\r", "data: b\r\r\n"}, ""},
+		{"", nil, ""},
+	} {
+		var got []string
+		k := splitEvents([]byte(tc.in), func(ev []byte) { got = append(got, string(ev)) })
+		if !slices.Equal(got, tc.want) || tc.in[k:] != tc.rest {
+			t.Errorf("%q: events %q rest %q; want %q rest %q", tc.in, got, tc.in[k:], tc.want, tc.rest)
+		}
+	}
+}
+
+// FuzzSplitEvents checks the pass-through's framing: however the input is
+// chunked, the events found are the same, and the bytes they span plus the
+// kept tail are exactly the input (nothing dropped, duplicated or reordered).
+func FuzzSplitEvents(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"), uint8(5))
+	f.Add([]byte("event: content_block_delta\r\ndata: {}\r\n\r\n"), uint8(3))
+	f.Add([]byte("\r\r\n\n\r"), uint8(1))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		var whole [][]byte
+		k := splitEvents(in, func(ev []byte) { whole = append(whole, bytes.Clone(ev)) })
+		if !bytes.Equal(bytes.Join(whole, nil), in[:k]) {
+			t.Fatal("events do not concatenate to the consumed prefix")
+		}
+		// Feed in chunks as the proxy does: pending = tail + next chunk.
+		step := int(chunk%16) + 1
+		var pending, out []byte
+		var events [][]byte
+		for i := 0; i < len(in); i += step {
+			pending = append(pending, in[i:min(i+step, len(in))]...)
+			n := splitEvents(pending, func(ev []byte) { events = append(events, bytes.Clone(ev)) })
+			out = append(out, pending[:n]...)
+			pending = append([]byte(nil), pending[n:]...)
+		}
+		if !bytes.Equal(append(out, pending...), in) {
+			t.Fatal("chunked pass-through changed the bytes")
+		}
+		if len(events) != len(whole) {
+			t.Fatalf("chunk %d: %d events, whole-buffer %d", step, len(events), len(whole))
+		}
+		for i := range events {
+			if !bytes.Equal(events[i], whole[i]) {
+				t.Fatalf("event %d differs: %q vs %q", i, events[i], whole[i])
+			}
+		}
+		// classify must not panic on anything.
+		for _, ev := range events {
+			classify(ev, false)
+			classify(ev, true)
+		}
+	})
+}
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		ev        string
+		anthropic bool
+		want      streamInfo
+	}{
+		{`data: {"choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n", false, streamInfo{}},
+		{`data: {"choices":[{"delta":{"content":"hi"}}]}` + "\n\n", false, streamInfo{token: true}},
+		{`data: {"choices":[{"text":"x"}]}` + "\n\n", false, streamInfo{token: true}},
+		{`data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}` + "\n\n", false, streamInfo{token: true}},
+		{`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":42}}` + "\n\n", false, streamInfo{output: 42}},
+		{"data: [DONE]\n\n", false, streamInfo{done: true}},
+		{`data: {"error":{"message":"x"}}` + "\n\n", false, streamInfo{errEv: true}},
+		{"event: content_block_delta\ndata: {}\n\n", true, streamInfo{token: true}},
+		{"event: message_delta\ndata: {\"usage\":{\"output_tokens\": 17}}\n\n", true, streamInfo{output: 17}},
+		{"event: message_stop\ndata: {}\n\n", true, streamInfo{done: true}},
+		{"event: error\ndata: {}\n\n", true, streamInfo{errEv: true}},
+	} {
+		if got := classify([]byte(tc.ev), tc.anthropic); got != tc.want {
+			t.Errorf("%q: %+v want %+v", tc.ev, got, tc.want)
+		}
+	}
+}
+
+func TestErrorEventIsValidJSON(t *testing.T) {
+	for _, a := range []bool{false, true} {
+		ev := errorEvent(a, "backend \"x\"\nfailed")
+		var n int
+		splitEvents(ev, func([]byte) { n++ })
+		if n != 1 {
+			t.Fatalf("error event is %d events", n)
+		}
+		data := ev[bytes.Index(ev, []byte("data: "))+6 : len(ev)-2]
+		if !json.Valid(data) {
+			t.Fatalf("invalid JSON %s", data)
+		}
+	}
+}
+
+// TestCanonicalHashAcrossAPIs: the same conversation as an OpenAI request
+// (system message, string content) and an Anthropic one ("system" field,
+// content parts) hashes to the same blocks.
+func TestCanonicalHashAcrossAPIs(t *testing.T) {
+	long := string(bytes.Repeat([]byte("policy text "), 100))
+	openai := `{"model":"m","messages":[{"role":"system","content":` + jsonString(long) + `},{"role":"user","content":"What is the refund window?"}]}`
+	anth := `{"model":"m","system":[{"type":"text","text":` + jsonString(long) + `}],"messages":[{"role":"user","content":[{"type":"text","text":"What is the refund window?"}]}]}`
+	hash := func(body string) []uint64 {
+		var rb requestBody
+		if err := json.Unmarshal([]byte(body), &rb); err != nil {
+			t.Fatal(err)
+		}
+		h := sched.NewBlockHasher(0)
+		hashPrompt(h, &rb)
+		return slices.Clone(h.Hashes())
+	}
+	a, b := hash(openai), hash(anth)
+	if len(a) < 4 || !slices.Equal(a, b) {
+		t.Fatalf("OpenAI %d blocks, Anthropic %d blocks, equal=%v", len(a), len(b), slices.Equal(a, b))
+	}
+}
+
+func TestParseEngineMetrics(t *testing.T) {
+	in := `# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 2
+vllm:num_requests_waiting{model_name="b"} 5
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="a"} 0.5
+`
+	w, kv, err := parseEngineMetrics(strings.NewReader(in))
+	if err != nil || w != 7 || kv != 0.5 {
+		t.Fatalf("got %v %v %v", w, kv, err)
+	}
+	if _, _, err := parseEngineMetrics(strings.NewReader("vllm:x{ 1\n")); err == nil {
+		t.Fatal("malformed metrics accepted")
+	}
+}

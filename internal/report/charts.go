@@ -1,0 +1,412 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
+)
+
+// ChartOptions tunes chart building. Zero values give the defaults.
+type ChartOptions struct {
+	// CDFPoints is how many quantiles a CDF keeps (default 200).
+	CDFPoints int
+	// Bins is the histogram's bin count (default 40).
+	Bins int
+	// MaxScatter bounds the points per run in "TTFT over time" (default 1500).
+	MaxScatter int
+	// Pareto, when set, adds the cost/latency front.
+	Pareto []stats.ParetoPoint
+}
+
+func (o *ChartOptions) defaults() {
+	if o.CDFPoints <= 0 {
+		o.CDFPoints = 200
+	}
+	if o.Bins <= 0 {
+		o.Bins = 40
+	}
+	if o.MaxScatter <= 0 {
+		o.MaxScatter = 1500
+	}
+}
+
+// Charts computes the data of every chart that the runs support, in a
+// fixed order. Charts with nothing to show are left out.
+func Charts(runs []Run, opt ChartOptions) []Chart {
+	opt.defaults()
+	var out []Chart
+	add := func(c *Chart) {
+		if c != nil {
+			out = append(out, *c)
+		}
+	}
+	add(cdfChart("ttft_cdf", "TTFT CDF", "TTFT (ms)", runs, ttftOf, opt.CDFPoints))
+	add(histChart(runs, opt.Bins))
+	add(overTimeChart(runs, opt.MaxScatter))
+	add(cdfChart("itl_cdf", "Inter-token latency CDF", "ITL (ms)", runs, itlOf, opt.CDFPoints))
+	add(turnChart(runs))
+	add(sweepChart(runs))
+	add(heatmapChart(runs))
+	add(paretoChart(opt.Pareto))
+	return out
+}
+
+func cdfChart(id, title, xlabel string, runs []Run, values func([]record.Record) []float64, points int) *Chart {
+	c := &Chart{ID: id, Title: title, Kind: "line", XLabel: xlabel, YLabel: "fraction of requests"}
+	for _, r := range runs {
+		s := sortedCopy(values(r.Records))
+		if len(s) == 0 {
+			continue
+		}
+		var pts [][2]float64
+		if len(s) <= points {
+			for i, v := range s {
+				pts = append(pts, [2]float64{round(v), round(float64(i+1) / float64(len(s)))})
+			}
+		} else {
+			for i := 0; i <= points; i++ {
+				q := float64(i) / float64(points)
+				pts = append(pts, [2]float64{round(quantile(s, q)), round(q)})
+			}
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	return c
+}
+
+func histChart(runs []Run, bins int) *Chart {
+	all := [][]float64{}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range runs {
+		s := sortedCopy(ttftOf(r.Records))
+		all = append(all, s)
+		if len(s) == 0 {
+			continue
+		}
+		lo = math.Min(lo, s[0])
+		// The top 0.5% would stretch the axis over empty bins.
+		hi = math.Max(hi, quantile(s, 0.995))
+	}
+	if math.IsInf(lo, 1) {
+		return nil
+	}
+	if hi <= lo {
+		hi = lo + 1
+	}
+	w := (hi - lo) / float64(bins)
+	c := &Chart{ID: "ttft_hist", Title: "TTFT histogram", Kind: "bars", XLabel: "TTFT (ms)", YLabel: "fraction of requests",
+		Note: "values above the 99.5th percentile are counted in the last bin"}
+	for i, r := range runs {
+		s := all[i]
+		if len(s) == 0 {
+			continue
+		}
+		counts := make([]int, bins)
+		for _, v := range s {
+			b := int((v - lo) / w)
+			counts[max(0, min(b, bins-1))]++
+		}
+		var pts [][2]float64
+		for b, n := range counts {
+			pts = append(pts, [2]float64{round(lo + (float64(b)+0.5)*w), round(float64(n) / float64(len(s)))})
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
+	}
+	return c
+}
+
+func overTimeChart(runs []Run, maxPoints int) *Chart {
+	c := &Chart{ID: "ttft_time", Title: "TTFT over time", Kind: "scatter", XLabel: "time since the run's first request (s)", YLabel: "TTFT (ms)"}
+	var lines []Series
+	for ri, r := range runs {
+		type pt struct{ t, v float64 }
+		var pts []pt
+		var t0 float64 = math.Inf(1)
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Sent.IsZero() {
+				continue
+			}
+			t0 = math.Min(t0, float64(rec.Sent.UnixNano())/1e9)
+		}
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Warmup || !rec.OK() || rec.TTFTMs <= 0 || rec.Sent.IsZero() {
+				continue
+			}
+			pts = append(pts, pt{float64(rec.Sent.UnixNano())/1e9 - t0, rec.TTFTMs})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		sort.SliceStable(pts, func(i, j int) bool { return pts[i].t < pts[j].t })
+		// Even stride keeps the time coverage; deterministic for goldens.
+		stride := (len(pts) + maxPoints - 1) / maxPoints
+		var out [][2]float64
+		for i := 0; i < len(pts); i += stride {
+			out = append(out, [2]float64{round(pts[i].t), round(pts[i].v)})
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: out, Color: ri + 1})
+		// P95 over consecutive windows of requests (about 25 windows, at
+		// least 20 requests each): drift and warm-up show where the cloud
+		// is too dense to read.
+		win := max(20, len(pts)/25)
+		if len(pts) < 2*win {
+			continue
+		}
+		var roll [][2]float64
+		for lo := 0; lo+win <= len(pts); lo += win {
+			vals := make([]float64, win)
+			tsum := 0.0
+			for j := range win {
+				vals[j] = pts[lo+j].v
+				tsum += pts[lo+j].t
+			}
+			slices.Sort(vals)
+			roll = append(roll, [2]float64{round(tsum / float64(win)), round(quantile(vals, 0.95))})
+		}
+		lines = append(lines, Series{Name: r.Name + " P95 (rolling)", Points: roll, Line: true, Color: ri + 1})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	c.Series = append(c.Series, lines...)
+	if anyStrided(runs, maxPoints) {
+		c.Note = fmt.Sprintf("at most %d points per run are drawn (evenly spaced in send order)", maxPoints)
+	}
+	return c
+}
+
+func anyStrided(runs []Run, maxPoints int) bool {
+	for _, r := range runs {
+		if len(r.Records) > maxPoints {
+			return true
+		}
+	}
+	return false
+}
+
+// turnChart shows per-turn TTFT drift in multi-turn runs (the article's
+// 82 ms at turn 1 to 137 ms at turn 10).
+func turnChart(runs []Run) *Chart {
+	c := &Chart{ID: "ttft_turn", Title: "TTFT by conversation turn", Kind: "line", XLabel: "turn", YLabel: "TTFT (ms)"}
+	for _, r := range runs {
+		byTurn := map[int][]float64{}
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Turn <= 0 || rec.Warmup || !rec.OK() || rec.TTFTMs <= 0 {
+				continue
+			}
+			byTurn[rec.Turn] = append(byTurn[rec.Turn], rec.TTFTMs)
+		}
+		if len(byTurn) < 2 {
+			continue
+		}
+		turns := make([]int, 0, len(byTurn))
+		for t := range byTurn {
+			turns = append(turns, t)
+		}
+		slices.Sort(turns)
+		var mean, p95 [][2]float64
+		for _, t := range turns {
+			s := sortedCopy(byTurn[t])
+			sum := 0.0
+			for _, v := range s {
+				sum += v
+			}
+			mean = append(mean, [2]float64{float64(t), round(sum / float64(len(s)))})
+			p95 = append(p95, [2]float64{float64(t), round(quantile(s, 0.95))})
+		}
+		c.Series = append(c.Series,
+			Series{Name: r.Name + " mean", Points: mean, Markers: true},
+			Series{Name: r.Name + " P95", Points: p95, Markers: true})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	return c
+}
+
+// loadLabels are the manifest labels that name a sweep's load axis, in
+// order of preference.
+var loadLabels = []string{"concurrency", "rate", "qps", "batch"}
+
+// sweepChart plots latency against load when several runs form a sweep:
+// the load is a numeric label all of them carry, else the achieved request
+// rate. Runs are grouped into one curve per target and model.
+func sweepChart(runs []Run) *Chart {
+	if len(runs) < 2 {
+		return nil
+	}
+	key, xlabel := "", "achieved throughput (requests/s)"
+	for _, k := range loadLabels {
+		if numericLabel(runs, k) {
+			key, xlabel = k, k
+			break
+		}
+	}
+	type pt struct{ x, p50, p95 float64 }
+	groups := map[string][]pt{}
+	var order []string
+	for _, r := range runs {
+		if r.Summary.TTFT.Count == 0 {
+			continue
+		}
+		x := r.Summary.Throughput.RequestsPerS
+		if key != "" {
+			x, _ = strconv.ParseFloat(r.Labels[key], 64)
+		}
+		g := strings.TrimSpace(strings.Join(nonEmpty(r.Summary.Model, r.Summary.Target), " @ "))
+		if g == "" {
+			g = "runs"
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], pt{x, r.Summary.TTFT.P50, r.Summary.TTFT.P95})
+	}
+	c := &Chart{ID: "sweep", Title: "Latency vs load", Kind: "line", XLabel: xlabel, YLabel: "TTFT (ms)"}
+	if len(order) == 1 {
+		c.Note = order[0]
+	}
+	for _, g := range order {
+		ps := groups[g]
+		if len(ps) < 2 {
+			continue
+		}
+		sort.SliceStable(ps, func(i, j int) bool { return ps[i].x < ps[j].x })
+		var a, b [][2]float64
+		for _, p := range ps {
+			a = append(a, [2]float64{round(p.x), round(p.p50)})
+			b = append(b, [2]float64{round(p.x), round(p.p95)})
+		}
+		prefix := g + " "
+		if len(order) == 1 {
+			prefix = "TTFT " // the group is in the note
+		}
+		c.Series = append(c.Series, Series{Name: prefix + "P50", Points: a, Markers: true}, Series{Name: prefix + "P95", Points: b, Markers: true})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	return c
+}
+
+func nonEmpty(xs ...string) []string {
+	var out []string
+	for _, x := range xs {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func numericLabel(runs []Run, k string) bool {
+	seen := map[float64]bool{}
+	for _, r := range runs {
+		v, err := strconv.ParseFloat(r.Labels[k], 64)
+		if err != nil {
+			return false
+		}
+		seen[v] = true
+	}
+	return len(seen) >= 2
+}
+
+// Axis label candidates for the batch × context heatmap (§2.4 of the
+// article): a sweep over both writes one of each as manifest labels.
+var (
+	batchLabels   = []string{"batch", "batch_size", "max_num_seqs", "concurrency"}
+	contextLabels = []string{"context", "ctx", "context_tokens", "prompt_tokens"}
+)
+
+func heatmapChart(runs []Run) *Chart {
+	if len(runs) < 4 {
+		return nil
+	}
+	pick := func(cands []string) string {
+		for _, k := range cands {
+			ok := true
+			vals := map[string]bool{}
+			for _, r := range runs {
+				v := r.Labels[k]
+				if _, err := strconv.ParseFloat(v, 64); err != nil {
+					ok = false
+					break
+				}
+				vals[v] = true
+			}
+			if ok && len(vals) >= 2 {
+				return k
+			}
+		}
+		return ""
+	}
+	bk, ck := pick(batchLabels), pick(contextLabels)
+	if bk == "" || ck == "" || bk == ck {
+		return nil
+	}
+	xs, ys := distinctNumeric(runs, bk), distinctNumeric(runs, ck)
+	z := make([][]*float64, len(ys))
+	for i := range z {
+		z[i] = make([]*float64, len(xs))
+	}
+	for _, r := range runs {
+		if r.Summary.TTFT.Count == 0 {
+			continue
+		}
+		xi, yi := slices.Index(xs, r.Labels[bk]), slices.Index(ys, r.Labels[ck])
+		v := round(r.Summary.TTFT.P95)
+		z[yi][xi] = &v
+	}
+	return &Chart{ID: "heatmap", Title: "TTFT P95 by " + bk + " × " + ck, Kind: "heatmap", XLabel: bk, YLabel: ck,
+		Heat: &Heatmap{X: xs, Y: ys, Z: z, Unit: "ms"}}
+}
+
+func distinctNumeric(runs []Run, k string) []string {
+	var vs []string
+	for _, r := range runs {
+		if !slices.Contains(vs, r.Labels[k]) {
+			vs = append(vs, r.Labels[k])
+		}
+	}
+	sort.SliceStable(vs, func(i, j int) bool {
+		a, _ := strconv.ParseFloat(vs[i], 64)
+		b, _ := strconv.ParseFloat(vs[j], 64)
+		return a < b
+	})
+	return vs
+}
+
+func paretoChart(points []stats.ParetoPoint) *Chart {
+	if len(points) == 0 {
+		return nil
+	}
+	marked := stats.MarkPareto(points)
+	var all, front Series
+	all = Series{Name: "configurations", Markers: true}
+	for _, p := range marked {
+		if math.IsNaN(p.Cost) || math.IsNaN(p.Latency) || math.IsInf(p.Cost, 0) || math.IsInf(p.Latency, 0) {
+			continue
+		}
+		all.Points = append(all.Points, [2]float64{round(p.Cost), round(p.Latency)})
+		all.Labels = append(all.Labels, p.Name)
+	}
+	front = Series{Name: "Pareto front", Markers: true}
+	for _, p := range stats.ParetoFront(points) {
+		front.Points = append(front.Points, [2]float64{round(p.Cost), round(p.Latency)})
+		front.Labels = append(front.Labels, p.Name)
+	}
+	return &Chart{ID: "pareto", Title: "Cost vs latency (Pareto front)", Kind: "pareto", XLabel: "cost (USD per million output tokens)", YLabel: "TTFT P95 (ms)",
+		Series: []Series{all, front}}
+}

@@ -1,0 +1,210 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ttft-dev/ttft/internal/stats"
+)
+
+// CompareOptions tunes Compare.
+type CompareOptions struct {
+	// Seed makes the bootstrap reproducible (default 1).
+	Seed int64
+	// MaxITL caps the pooled inter-token gaps per run fed to the bootstrap
+	// (a seeded uniform subsample; default 200,000) so long runs compare in
+	// seconds.
+	MaxITL int
+}
+
+// Row is one run's line in the comparison table.
+type Row struct {
+	Name        string  `json:"name"`
+	Source      string  `json:"source"`
+	Target      string  `json:"target"`
+	Requests    int     `json:"requests"`
+	Failed      int     `json:"failed"`
+	MeanTTFT    float64 `json:"ttft_mean_ms"`
+	StdTTFT     float64 `json:"ttft_std_ms"`
+	P50TTFT     float64 `json:"ttft_p50_ms"`
+	P95TTFT     float64 `json:"ttft_p95_ms"`
+	P99TTFT     float64 `json:"ttft_p99_ms"`
+	MeanITL     float64 `json:"itl_mean_ms"`
+	RequestsPS  float64 `json:"requests_per_s"`
+	OutTokensPS float64 `json:"output_tokens_per_s"`
+}
+
+// Diff is one run against the first (the baseline) for one statistic.
+type Diff struct {
+	Run        string           `json:"run"`
+	Baseline   string           `json:"baseline"`
+	Metric     string           `json:"metric"` // TTFT, ITL
+	Comparison stats.Comparison `json:"comparison"`
+	Verdict    string           `json:"verdict"`
+	Error      string           `json:"error,omitempty"`
+}
+
+// Comparison is the output of Compare.
+type Comparison struct {
+	Rows  []Row  `json:"rows"`
+	Diffs []Diff `json:"diffs"`
+	// Notes explain what could not be compared (pruned records...).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// compared statistics: the article's table (mean, P95, P99 of TTFT) and ITL.
+var compareTTFT = []string{"mean", "p95", "p99"}
+
+// Compare builds the side-by-side table and compares every run with the
+// first one: the difference of each statistic with its bootstrap 95% CI,
+// a Mann–Whitney U test on the distributions, and a one-line verdict.
+func Compare(runs []Run, opt CompareOptions) Comparison {
+	if opt.Seed == 0 {
+		opt.Seed = 1
+	}
+	if opt.MaxITL <= 0 {
+		opt.MaxITL = 200_000
+	}
+	var out Comparison
+	ttfts := make([][]float64, len(runs))
+	itls := make([][]float64, len(runs))
+	for i, r := range runs {
+		s := r.Summary
+		out.Rows = append(out.Rows, Row{
+			Name: r.Name, Source: s.Source, Target: strings.Join(nonEmpty(s.Model, s.Target), " @ "),
+			Requests: s.Requests.Total, Failed: s.Requests.Failed,
+			MeanTTFT: s.TTFT.Mean, StdTTFT: s.TTFT.Std, P50TTFT: s.TTFT.P50, P95TTFT: s.TTFT.P95, P99TTFT: s.TTFT.P99,
+			MeanITL: s.ITL.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
+		})
+		ttfts[i] = ttftOf(r.Records)
+		itls[i] = sample(itlOf(r.Records), opt.MaxITL, opt.Seed)
+		if len(r.Records) == 0 {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s has no per-request records (pruned or summary only): its differences cannot be tested", r.Name))
+		}
+	}
+	if len(runs) < 2 {
+		return out
+	}
+	base := runs[0].Name
+	for i := 1; i < len(runs); i++ {
+		for _, st := range compareTTFT {
+			out.Diffs = append(out.Diffs, diff(base, runs[i].Name, "TTFT", st, ttfts[0], ttfts[i], opt.Seed))
+		}
+		if len(itls[0]) > 0 && len(itls[i]) > 0 {
+			out.Diffs = append(out.Diffs, diff(base, runs[i].Name, "ITL", "mean", itls[0], itls[i], opt.Seed))
+		}
+	}
+	return out
+}
+
+func diff(a, b, metric, st string, xa, xb []float64, seed int64) Diff {
+	c := stats.CompareSamples(xa, xb, st, seed)
+	d := Diff{Run: b, Baseline: a, Metric: metric, Comparison: c, Verdict: c.Verdict(a, b, metric)}
+	if c.Err != nil {
+		d.Error = c.Err.Error()
+	}
+	return d
+}
+
+// sample keeps at most n values, a uniform random subset in the original
+// order (Knuth's selection sampling, seeded). An even stride would alias
+// with the per-request structure of pooled gaps (every request has the same
+// number of gaps, so a stride of 15.5 over 31-gap requests picks the same
+// positions in each) and bias the mean.
+func sample(xs []float64, n int, seed int64) []float64 {
+	if len(xs) <= n {
+		return xs
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x17))
+	out := make([]float64, 0, n)
+	need, left := n, len(xs)
+	for _, x := range xs {
+		if rng.IntN(left) < need {
+			out = append(out, x)
+			need--
+		}
+		left--
+	}
+	return out
+}
+
+// WriteText prints the comparison as the article's table followed by the
+// differences and verdicts.
+func (c Comparison) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\tsource\ttarget/model\trequests\tfailed\tmean TTFT ms\tstd ms\tP50 ms\tP95 ms\tP99 ms\tITL ms\treq/s\tout tok/s\t")
+	for _, r := range c.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Name, r.Source, r.Target, r.Requests, r.Failed,
+			num(r.MeanTTFT), num(r.StdTTFT), num(r.P50TTFT), num(r.P95TTFT), num(r.P99TTFT), num(r.MeanITL), num(r.RequestsPS), num(r.OutTokensPS))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(c.Diffs) > 0 {
+		fmt.Fprintf(w, "\ndifferences vs %s (B − A; bootstrap 95%% CI; Mann–Whitney U two-sided p):\n", c.Diffs[0].Baseline)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "run\tmetric\tA ms\tB ms\tB − A ms\t95% CI ms\tchange\tp\t")
+		for _, d := range c.Diffs {
+			x := d.Comparison
+			if d.Error != "" {
+				fmt.Fprintf(tw, "%s\t%s %s\t-\t-\t-\t-\t-\t-\t\n", d.Run, d.Metric, statName(x.Stat))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%+.1f\t%s\t%s\t%s\t\n", d.Run, d.Metric, statName(x.Stat), num(x.A), num(x.B), x.Diff,
+				fmt.Sprintf("%+.1f … %+.1f", x.CI95[0], x.CI95[1]), pct(x.RelDiff), pval(x.PValue))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "\nverdict:")
+		for _, d := range c.Diffs {
+			fmt.Fprintf(w, "  %s\n", d.Verdict)
+		}
+	}
+	for _, n := range c.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	return nil
+}
+
+func statName(s string) string {
+	if s == "mean" {
+		return "mean"
+	}
+	return strings.ToUpper(s)
+}
+
+func num(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*v)
+}
+
+func pval(p float64) string {
+	if math.IsNaN(p) {
+		return "-"
+	}
+	if p < 0.001 {
+		return "<0.001"
+	}
+	return fmt.Sprintf("%.3f", p)
+}

@@ -1,0 +1,383 @@
+package sim
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed catalog/*.yaml
+var embeddedCatalog embed.FS
+
+// Model is a decoder-only transformer architecture.
+type Model struct {
+	Name           string   `yaml:"name" json:"name"`
+	Aliases        []string `yaml:"aliases,omitempty" json:"aliases,omitempty"`
+	HFID           string   `yaml:"hf_id,omitempty" json:"hf_id,omitempty"`
+	ParamsB        float64  `yaml:"params_b" json:"params_b"`
+	ActiveParamsB  float64  `yaml:"active_params_b,omitempty" json:"active_params_b,omitempty"`
+	Layers         int      `yaml:"layers" json:"layers"`
+	Hidden         int      `yaml:"hidden" json:"hidden"`
+	Heads          int      `yaml:"heads" json:"heads"`
+	KVHeads        int      `yaml:"kv_heads" json:"kv_heads"`
+	HeadDim        int      `yaml:"head_dim" json:"head_dim"`
+	Vocab          int      `yaml:"vocab" json:"vocab"`
+	Intermediate   int      `yaml:"intermediate" json:"intermediate"`
+	Experts        int      `yaml:"experts,omitempty" json:"experts,omitempty"`
+	ActiveExperts  int      `yaml:"active_experts,omitempty" json:"active_experts,omitempty"`
+	MaxModelLen    int      `yaml:"max_model_len" json:"max_model_len"`
+	TiedEmbeddings bool     `yaml:"tied_embeddings,omitempty" json:"tied_embeddings,omitempty"`
+}
+
+// GPU is an accelerator's datasheet.
+type GPU struct {
+	Name    string   `yaml:"name" json:"name"`
+	Aliases []string `yaml:"aliases,omitempty" json:"aliases,omitempty"`
+	Vendor  string   `yaml:"vendor,omitempty" json:"vendor,omitempty"`
+	// TFLOPS is dense tensor throughput by dtype (bf16, fp16, fp8, int8).
+	TFLOPS          map[string]float64 `yaml:"tflops" json:"tflops"`
+	MemoryGB        float64            `yaml:"memory_gb" json:"memory_gb"`
+	BandwidthGBs    float64            `yaml:"bandwidth_gbs" json:"bandwidth_gbs"`
+	InterconnectGBs float64            `yaml:"interconnect_gbs" json:"interconnect_gbs"`
+	PricePerHour    float64            `yaml:"price_per_hour" json:"price_per_hour"`
+}
+
+// EngineProfile holds the calibratable efficiency factors and overheads of
+// one serving engine (see catalog/engines.yaml for their meaning).
+type EngineProfile struct {
+	Name              string  `yaml:"name" json:"name"`
+	ComputeEffMax     float64 `yaml:"compute_eff_max" json:"compute_eff_max"`
+	ComputeHalfTokens float64 `yaml:"compute_half_tokens" json:"compute_half_tokens"`
+	// FP8ComputeEffMax replaces ComputeEffMax for FP8 GEMMs (0: same).
+	FP8ComputeEffMax float64 `yaml:"fp8_compute_eff_max,omitempty" json:"fp8_compute_eff_max,omitempty"`
+	LayerOverheadUs  float64 `yaml:"layer_overhead_us" json:"layer_overhead_us"`
+	// DecodeLayerOverheadUs replaces LayerOverheadUs in decode-only steps,
+	// which engines replay as CUDA graphs.
+	DecodeLayerOverheadUs float64 `yaml:"decode_layer_overhead_us" json:"decode_layer_overhead_us"`
+	MemEff                float64 `yaml:"mem_eff" json:"mem_eff"`
+	StepOverheadMs        float64 `yaml:"step_overhead_ms" json:"step_overhead_ms"`
+	SeqOverheadUs         float64 `yaml:"seq_overhead_us" json:"seq_overhead_us"`
+	TokenOverheadUs       float64 `yaml:"token_overhead_us" json:"token_overhead_us"`
+	APIOverheadMs         float64 `yaml:"api_overhead_ms" json:"api_overhead_ms"`
+	AllReduceLatencyUs    float64 `yaml:"allreduce_latency_us" json:"allreduce_latency_us"`
+	LinkEff               float64 `yaml:"link_eff" json:"link_eff"`
+	ReserveGB             float64 `yaml:"reserve_gb" json:"reserve_gb"`
+}
+
+// Catalog is the set of known models, GPUs and engine profiles.
+type Catalog struct {
+	Models  []Model         `yaml:"models,omitempty"`
+	GPUs    []GPU           `yaml:"gpus,omitempty"`
+	Engines []EngineProfile `yaml:"engines,omitempty"`
+}
+
+// DefaultCatalog returns the embedded catalog. Each call returns a fresh
+// copy, so callers may extend it.
+func DefaultCatalog() *Catalog {
+	c := &Catalog{}
+	entries, err := embeddedCatalog.ReadDir("catalog")
+	if err != nil {
+		panic(fmt.Sprintf("sim: embedded catalog: %v", err)) // build-time invariant
+	}
+	for _, e := range entries {
+		b, err := embeddedCatalog.ReadFile("catalog/" + e.Name())
+		if err != nil {
+			panic(fmt.Sprintf("sim: embedded catalog %s: %v", e.Name(), err))
+		}
+		var part Catalog
+		if err := decodeYAML(b, &part); err != nil {
+			panic(fmt.Sprintf("sim: embedded catalog %s: %v", e.Name(), err))
+		}
+		c.Merge(&part)
+	}
+	return c
+}
+
+func decodeYAML(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && err.Error() != "EOF" {
+		return err
+	}
+	return nil
+}
+
+// Merge adds other's entries; an entry whose name matches an existing one
+// replaces it, so user files can recalibrate built-in profiles.
+func (c *Catalog) Merge(other *Catalog) {
+	for _, m := range other.Models {
+		if i := indexByName(len(c.Models), func(i int) string { return c.Models[i].Name }, m.Name); i >= 0 {
+			c.Models[i] = m
+		} else {
+			c.Models = append(c.Models, m)
+		}
+	}
+	for _, g := range other.GPUs {
+		if i := indexByName(len(c.GPUs), func(i int) string { return c.GPUs[i].Name }, g.Name); i >= 0 {
+			c.GPUs[i] = g
+		} else {
+			c.GPUs = append(c.GPUs, g)
+		}
+	}
+	for _, e := range other.Engines {
+		if i := indexByName(len(c.Engines), func(i int) string { return c.Engines[i].Name }, e.Name); i >= 0 {
+			c.Engines[i] = e
+		} else {
+			c.Engines = append(c.Engines, e)
+		}
+	}
+}
+
+func indexByName(n int, name func(int) string, want string) int {
+	for i := 0; i < n; i++ {
+		if strings.EqualFold(name(i), want) {
+			return i
+		}
+	}
+	return -1
+}
+
+// LoadFile merges a user catalog: a YAML file with models/gpus/engines
+// lists, or a HuggingFace config.json (added as a model named after its
+// directory or _name_or_path).
+func (c *Catalog) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading catalog %s: %w", path, err)
+	}
+	if strings.HasSuffix(strings.ToLower(path), ".json") {
+		m, err := ModelFromHFConfig(b, filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			return fmt.Errorf("reading HuggingFace config %s: %w", path, err)
+		}
+		c.Merge(&Catalog{Models: []Model{m}})
+		return nil
+	}
+	var part Catalog
+	if err := decodeYAML(b, &part); err != nil {
+		return fmt.Errorf("reading catalog %s: %w", path, err)
+	}
+	for i, m := range part.Models {
+		if err := m.validate(); err != nil {
+			return fmt.Errorf("catalog %s: models[%d]: %w", path, i, err)
+		}
+	}
+	for i, g := range part.GPUs {
+		if err := g.validate(); err != nil {
+			return fmt.Errorf("catalog %s: gpus[%d]: %w", path, i, err)
+		}
+	}
+	for i, e := range part.Engines {
+		if e.Name == "" {
+			return fmt.Errorf("catalog %s: engines[%d]: name is required", path, i)
+		}
+	}
+	c.Merge(&part)
+	return nil
+}
+
+func (m *Model) validate() error {
+	switch {
+	case m.Name == "":
+		return fmt.Errorf("name is required")
+	case m.Layers <= 0 || m.Hidden <= 0 || m.Heads <= 0:
+		return fmt.Errorf("model %s: layers, hidden and heads must be positive", m.Name)
+	case m.KVHeads <= 0 || m.HeadDim <= 0:
+		return fmt.Errorf("model %s: kv_heads and head_dim must be positive", m.Name)
+	case m.ParamsB <= 0:
+		return fmt.Errorf("model %s: params_b must be positive", m.Name)
+	case m.Experts > 0 && (m.ActiveExperts <= 0 || m.ActiveExperts > m.Experts):
+		return fmt.Errorf("model %s: active_experts must be in 1..experts", m.Name)
+	}
+	return nil
+}
+
+func (g *GPU) validate() error {
+	switch {
+	case g.Name == "":
+		return fmt.Errorf("name is required")
+	case g.MemoryGB <= 0 || g.BandwidthGBs <= 0:
+		return fmt.Errorf("gpu %s: memory_gb and bandwidth_gbs must be positive", g.Name)
+	case g.TFLOPS["bf16"] <= 0 && g.TFLOPS["fp16"] <= 0:
+		return fmt.Errorf("gpu %s: tflops needs bf16 or fp16", g.Name)
+	}
+	return nil
+}
+
+// hfConfig is the subset of a HuggingFace config.json the simulator reads.
+type hfConfig struct {
+	NameOrPath            string  `json:"_name_or_path"`
+	HiddenSize            int     `json:"hidden_size"`
+	NEmbd                 int     `json:"n_embd"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NLayer                int     `json:"n_layer"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	NHead                 int     `json:"n_head"`
+	NumKeyValueHeads      int     `json:"num_key_value_heads"`
+	HeadDim               int     `json:"head_dim"`
+	VocabSize             int     `json:"vocab_size"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	NumLocalExperts       int     `json:"num_local_experts"`
+	NumExperts            int     `json:"num_experts"`
+	NumExpertsPerTok      int     `json:"num_experts_per_tok"`
+	TieWordEmbeddings     bool    `json:"tie_word_embeddings"`
+	MoEIntermediateSize   int     `json:"moe_intermediate_size"`
+	RopeTheta             float64 `json:"rope_theta"`
+}
+
+// ModelFromHFConfig builds a Model from a HuggingFace config.json. The
+// parameter count is derived from the shapes (attention, gated MLP or MoE
+// experts, embeddings), since config.json does not state it.
+func ModelFromHFConfig(b []byte, fallbackName string) (Model, error) {
+	var c hfConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Model{}, err
+	}
+	first := func(v ...int) int {
+		for _, x := range v {
+			if x > 0 {
+				return x
+			}
+		}
+		return 0
+	}
+	m := Model{
+		Layers:         first(c.NumHiddenLayers, c.NLayer),
+		Hidden:         first(c.HiddenSize, c.NEmbd),
+		Heads:          first(c.NumAttentionHeads, c.NHead),
+		Vocab:          c.VocabSize,
+		MaxModelLen:    first(c.MaxPositionEmbeddings, 4096),
+		Experts:        first(c.NumLocalExperts, c.NumExperts),
+		ActiveExperts:  c.NumExpertsPerTok,
+		TiedEmbeddings: c.TieWordEmbeddings,
+	}
+	m.KVHeads = first(c.NumKeyValueHeads, m.Heads)
+	if m.Heads > 0 {
+		m.HeadDim = first(c.HeadDim, m.Hidden/m.Heads)
+	}
+	m.Intermediate = first(c.IntermediateSize, 4*m.Hidden)
+	name := c.NameOrPath
+	if name == "" {
+		name = fallbackName
+	}
+	m.Name = strings.ToLower(name)
+	if m.Layers == 0 || m.Hidden == 0 || m.Heads == 0 || m.Vocab == 0 {
+		return Model{}, fmt.Errorf("missing one of hidden_size, num_hidden_layers, num_attention_heads, vocab_size")
+	}
+	d, L := float64(m.Hidden), float64(m.Layers)
+	attn := d*float64(m.Heads*m.HeadDim) + 2*d*float64(m.KVHeads*m.HeadDim) + float64(m.Heads*m.HeadDim)*d
+	ffnOne := 3 * d * float64(m.Intermediate)
+	if m.Experts > 0 && c.MoEIntermediateSize > 0 {
+		ffnOne = 3 * d * float64(c.MoEIntermediateSize)
+	}
+	emb := float64(m.Vocab) * d
+	if !m.TiedEmbeddings {
+		emb *= 2
+	}
+	if m.Experts > 0 {
+		if m.ActiveExperts == 0 {
+			m.ActiveExperts = 2
+		}
+		m.ParamsB = (L*(attn+float64(m.Experts)*ffnOne) + emb) / 1e9
+		m.ActiveParamsB = (L*(attn+float64(m.ActiveExperts)*ffnOne) + emb) / 1e9
+	} else {
+		m.ParamsB = (L*(attn+ffnOne) + emb) / 1e9
+	}
+	return m, m.validate()
+}
+
+// normName lowercases a model or GPU name and strips organisation prefixes
+// and instruction-tuning suffixes, so "meta-llama/Meta-Llama-3-70B-Instruct"
+// finds llama-3-70b.
+func normName(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if i := strings.LastIndex(s, "/"); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.TrimPrefix(s, "meta-")
+	for _, suf := range []string{"-instruct", "-chat", "-hf", "-it", "-base"} {
+		s = strings.ReplaceAll(s, suf, "")
+	}
+	s = strings.ReplaceAll(s, "_", "-")
+	return s
+}
+
+// Model finds a model by name, alias or HuggingFace id.
+func (c *Catalog) Model(name string) (*Model, error) {
+	want := normName(name)
+	for i := range c.Models {
+		m := &c.Models[i]
+		if normName(m.Name) == want || (m.HFID != "" && normName(m.HFID) == want) {
+			return m, nil
+		}
+		for _, a := range m.Aliases {
+			if normName(a) == want {
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("unknown model %q; known models: %s (add one with --catalog FILE.yaml or a HuggingFace config.json)", name, strings.Join(c.ModelNames(), ", "))
+}
+
+// GPU finds an accelerator by name or alias.
+func (c *Catalog) GPU(name string) (*GPU, error) {
+	want := normName(name)
+	for i := range c.GPUs {
+		g := &c.GPUs[i]
+		if normName(g.Name) == want {
+			return g, nil
+		}
+		for _, a := range g.Aliases {
+			if normName(a) == want {
+				return g, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("unknown GPU %q; known GPUs: %s (add one with --catalog FILE.yaml)", name, strings.Join(c.GPUNames(), ", "))
+}
+
+// Engine finds an engine profile by name.
+func (c *Catalog) Engine(name string) (*EngineProfile, error) {
+	if name == "" {
+		name = "vllm"
+	}
+	for i := range c.Engines {
+		if strings.EqualFold(c.Engines[i].Name, name) {
+			return &c.Engines[i], nil
+		}
+	}
+	names := make([]string, len(c.Engines))
+	for i, e := range c.Engines {
+		names[i] = e.Name
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("unknown engine profile %q; known: %s", name, strings.Join(names, ", "))
+}
+
+// ModelNames lists the known model names, sorted.
+func (c *Catalog) ModelNames() []string {
+	out := make([]string, len(c.Models))
+	for i, m := range c.Models {
+		out[i] = m.Name
+	}
+	sort.Strings(out)
+	return out
+}
+
+// GPUNames lists the known GPU names, sorted.
+func (c *Catalog) GPUNames() []string {
+	out := make([]string, len(c.GPUs))
+	for i, g := range c.GPUs {
+		out[i] = g.Name
+	}
+	sort.Strings(out)
+	return out
+}

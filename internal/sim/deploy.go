@@ -1,0 +1,376 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Config describes one simulated deployment (one replica). Field names follow
+// vLLM's engine arguments where they mean the same.
+type Config struct {
+	Model                string  `yaml:"model" json:"model"`
+	GPU                  string  `yaml:"gpu" json:"gpu"`
+	TensorParallelSize   int     `yaml:"tensor_parallel_size,omitempty" json:"tensor_parallel_size,omitempty"`
+	Quantization         string  `yaml:"quantization,omitempty" json:"quantization,omitempty"`     // "" or "fp8"
+	KVCacheDtype         string  `yaml:"kv_cache_dtype,omitempty" json:"kv_cache_dtype,omitempty"` // "auto" or "fp8"
+	EnablePrefixCaching  bool    `yaml:"enable_prefix_caching,omitempty" json:"enable_prefix_caching,omitempty"`
+	MaxNumSeqs           int     `yaml:"max_num_seqs,omitempty" json:"max_num_seqs,omitempty"`
+	MaxNumBatchedTokens  int     `yaml:"max_num_batched_tokens,omitempty" json:"max_num_batched_tokens,omitempty"`
+	GPUMemoryUtilization float64 `yaml:"gpu_memory_utilization,omitempty" json:"gpu_memory_utilization,omitempty"`
+	MaxModelLen          int     `yaml:"max_model_len,omitempty" json:"max_model_len,omitempty"`
+	BlockSize            int     `yaml:"block_size,omitempty" json:"block_size,omitempty"`
+	// DisableChunkedPrefill schedules whole prompts only (vLLM v0 style).
+	DisableChunkedPrefill bool `yaml:"disable_chunked_prefill,omitempty" json:"disable_chunked_prefill,omitempty"`
+	// Scheduler is "v1" (default: vLLM ≥ 0.8, chunked prefill mixed with
+	// decodes) or "v0" (vLLM ≤ 0.6 default: whole-prompt prefill steps take
+	// priority over decode steps and never mix with them).
+	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	// Engine selects the engine profile (vllm, trtllm, sglang, or a user one).
+	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
+	// Speculative decoding; zero NumSpeculativeTokens disables it.
+	Speculative SpecConfig `yaml:"speculative,omitempty" json:"speculative,omitzero"`
+	// Jitter is the relative standard deviation of step times (0 =
+	// deterministic); Seed makes it reproducible.
+	Jitter float64 `yaml:"jitter,omitempty" json:"jitter,omitempty"`
+	Seed   int64   `yaml:"seed,omitempty" json:"seed,omitempty"`
+	// AllowLongMaxModelLen lets MaxModelLen exceed the model's own limit
+	// (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN).
+	AllowLongMaxModelLen bool `yaml:"allow_long_max_model_len,omitempty" json:"allow_long_max_model_len,omitempty"`
+}
+
+// SpecConfig is speculative decoding: k draft tokens per step, each accepted
+// with probability Acceptance; DraftModel (from the catalog) costs k decode
+// steps of its own per engine step; empty means a free drafter (n-gram).
+type SpecConfig struct {
+	NumSpeculativeTokens int     `yaml:"num_speculative_tokens,omitempty" json:"num_speculative_tokens,omitempty"`
+	Acceptance           float64 `yaml:"acceptance,omitempty" json:"acceptance,omitempty"`
+	DraftModel           string  `yaml:"draft_model,omitempty" json:"draft_model,omitempty"`
+}
+
+// Deployment is a Config resolved against a catalog: everything the engine
+// needs to schedule and time steps.
+type Deployment struct {
+	Config  Config
+	Model   Model
+	GPU     GPU
+	Profile EngineProfile
+	Draft   *Model
+
+	TP                  int
+	BlockSize           int
+	NumBlocks           int
+	MaxNumSeqs          int
+	MaxNumBatchedTokens int
+	MaxModelLen         int
+
+	ComputeDtype string
+	WeightBytes  float64 // whole model
+	BytesPerW    float64
+	KVBytesTok   float64 // per token, per GPU
+	KVGBPerGPU   float64
+	WeightGBGPU  float64
+
+	peakFLOPS float64 // per GPU, compute dtype
+	peak16    float64 // per GPU, 16-bit
+	// Linear FLOPs per token outside the LM head, and the head's per
+	// sequence, for the whole model.
+	linearFlopsTok float64
+	headFlopsSeq   float64
+	attnDim        float64
+	// MoE: bytes of non-expert weights and of one expert across layers.
+	denseBytes, expertBytes float64
+}
+
+// Defaults fills unset fields with vLLM's defaults.
+func (c Config) withDefaults() Config {
+	if c.TensorParallelSize <= 0 {
+		c.TensorParallelSize = 1
+	}
+	if c.MaxNumSeqs <= 0 {
+		c.MaxNumSeqs = 256
+	}
+	if c.GPUMemoryUtilization <= 0 {
+		c.GPUMemoryUtilization = 0.9
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.KVCacheDtype == "" {
+		c.KVCacheDtype = "auto"
+	}
+	if c.Engine == "" {
+		c.Engine = "vllm"
+	}
+	return c
+}
+
+// Resolve checks a configuration against the catalog (nil: the embedded
+// one) and sizes its KV cache. Errors say what is wrong and what would fit.
+func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
+	if cat == nil {
+		cat = DefaultCatalog()
+	}
+	cfg = cfg.withDefaults()
+	m, err := cat.Model(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	g, err := cat.GPU(cfg.GPU)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := cat.Engine(cfg.Engine)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deployment{Config: cfg, Model: *m, GPU: *g, Profile: *prof, TP: cfg.TensorParallelSize, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs}
+	tp := d.TP
+	if m.Heads%tp != 0 {
+		return nil, fmt.Errorf("tensor parallel size %d does not divide %s's %d attention heads (try one of %v)", tp, m.Name, m.Heads, divisors(m.Heads))
+	}
+	if m.KVHeads%tp != 0 && tp%m.KVHeads != 0 {
+		return nil, fmt.Errorf("tensor parallel size %d and %s's %d KV heads: one must divide the other", tp, m.Name, m.KVHeads)
+	}
+	switch strings.ToLower(cfg.Quantization) {
+	case "", "none", "auto", "bf16", "fp16":
+		d.BytesPerW = 2
+	case "fp8":
+		d.BytesPerW = 1
+	case "int8", "w8a16":
+		d.BytesPerW = 1 // weight-only: math stays 16-bit
+	case "int4", "awq", "gptq":
+		// 4-bit weights plus a 16-bit scale per group of 128.
+		d.BytesPerW = 0.5 + 2.0/128
+	default:
+		return nil, fmt.Errorf("unknown quantization %q (known: fp8, int8, awq/gptq/int4; empty for bf16/fp16)", cfg.Quantization)
+	}
+	kvBytes := 2.0
+	switch strings.ToLower(cfg.KVCacheDtype) {
+	case "auto", "bf16", "fp16":
+	case "fp8", "fp8_e4m3", "fp8_e5m2":
+		kvBytes = 1
+	default:
+		return nil, fmt.Errorf("unknown kv-cache-dtype %q (known: auto, fp8)", cfg.KVCacheDtype)
+	}
+	// Compute dtype: W8A8 FP8 where the GPU has FP8 tensor cores; otherwise
+	// FP8 is weight-only (vLLM's Marlin path) and the math stays 16-bit.
+	d.ComputeDtype = "bf16"
+	if g.TFLOPS["bf16"] <= 0 {
+		d.ComputeDtype = "fp16"
+	}
+	if strings.EqualFold(cfg.Quantization, "fp8") && g.TFLOPS["fp8"] > 0 {
+		d.ComputeDtype = "fp8"
+	}
+	d.peakFLOPS = g.TFLOPS[d.ComputeDtype] * 1e12
+	d.peak16 = g.TFLOPS["bf16"] * 1e12
+	if d.peak16 <= 0 {
+		d.peak16 = g.TFLOPS["fp16"] * 1e12
+	}
+
+	if cfg.MaxModelLen <= 0 {
+		d.MaxModelLen = m.MaxModelLen
+	} else if m.MaxModelLen > 0 && cfg.MaxModelLen > m.MaxModelLen && !cfg.AllowLongMaxModelLen {
+		return nil, fmt.Errorf("max model length %d exceeds %s's maximum of %d", cfg.MaxModelLen, m.Name, m.MaxModelLen)
+	} else {
+		d.MaxModelLen = cfg.MaxModelLen
+	}
+
+	params := m.ParamsB * 1e9
+	active := params
+	if m.ActiveParamsB > 0 {
+		active = m.ActiveParamsB * 1e9
+	}
+	emb := float64(m.Vocab) * float64(m.Hidden)
+	headShare := emb // embedding table
+	if !m.TiedEmbeddings {
+		headShare = 2 * emb
+	}
+	d.WeightBytes = params * d.BytesPerW
+	d.linearFlopsTok = 2 * math.Max(active-headShare, active*0.5)
+	d.headFlopsSeq = 2 * emb
+	d.attnDim = float64(m.Heads * m.HeadDim)
+	if m.Experts > 0 {
+		perExpert := (params - active) / float64(m.Experts-m.ActiveExperts)
+		d.expertBytes = perExpert * d.BytesPerW
+		d.denseBytes = (active - float64(m.ActiveExperts)*perExpert) * d.BytesPerW
+	}
+	kvHeadsGPU := math.Max(1, float64(m.KVHeads)/float64(tp))
+	d.KVBytesTok = 2 * float64(m.Layers) * kvHeadsGPU * float64(m.HeadDim) * kvBytes
+
+	// Memory per GPU: vLLM gives the KV cache what is left of
+	// memory × utilisation after the weights and the profiled activations.
+	budget := g.MemoryGB * cfg.GPUMemoryUtilization
+	d.WeightGBGPU = d.WeightBytes / float64(tp) / 1e9
+	d.KVGBPerGPU = budget - d.WeightGBGPU - prof.ReserveGB
+	if d.KVGBPerGPU <= 0 {
+		return nil, fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
+			m.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, g.MemoryGB, cfg.GPUMemoryUtilization, prof.ReserveGB)
+	}
+	d.NumBlocks = int(d.KVGBPerGPU * 1e9 / (d.KVBytesTok * float64(d.BlockSize)))
+	if d.NumBlocks*d.BlockSize < d.MaxModelLen {
+		return nil, fmt.Errorf("max model length %d is larger than the %d tokens the KV cache can hold on %d× %s (%.1f GB per GPU); lower --max-model-len or raise --gpu-memory-utilization",
+			d.MaxModelLen, d.NumBlocks*d.BlockSize, tp, g.Name, d.KVGBPerGPU)
+	}
+
+	switch cfg.Scheduler {
+	case "", "v1":
+	case "v0":
+		d.Config.DisableChunkedPrefill = true
+	default:
+		return nil, fmt.Errorf("unknown scheduler %q (known: v1, v0)", cfg.Scheduler)
+	}
+	noChunk := d.Config.DisableChunkedPrefill
+	d.MaxNumBatchedTokens = cfg.MaxNumBatchedTokens
+	if d.MaxNumBatchedTokens <= 0 {
+		// vLLM's API-server default: 8192 on GPUs with ≥ 70 GiB, else 2048;
+		// without chunked prefill, at least one whole maximum-length prompt.
+		d.MaxNumBatchedTokens = 2048
+		if g.MemoryGB*1e9 >= 70*(1<<30) {
+			d.MaxNumBatchedTokens = 8192
+		}
+		if noChunk && d.MaxModelLen > d.MaxNumBatchedTokens {
+			d.MaxNumBatchedTokens = d.MaxModelLen
+		}
+	}
+	if noChunk && d.MaxNumBatchedTokens < d.MaxModelLen {
+		return nil, fmt.Errorf("max-num-batched-tokens %d is smaller than max-model-len %d with chunked prefill disabled", d.MaxNumBatchedTokens, d.MaxModelLen)
+	}
+	if d.MaxNumBatchedTokens < d.MaxNumSeqs {
+		return nil, fmt.Errorf("max-num-batched-tokens %d must be at least max-num-seqs %d", d.MaxNumBatchedTokens, d.MaxNumSeqs)
+	}
+	sp := cfg.Speculative
+	if sp.NumSpeculativeTokens < 0 || sp.Acceptance < 0 || sp.Acceptance >= 1 && sp.NumSpeculativeTokens > 0 {
+		return nil, fmt.Errorf("speculative decoding needs num_speculative_tokens ≥ 0 and acceptance in [0, 1), got %d and %g", sp.NumSpeculativeTokens, sp.Acceptance)
+	}
+	if sp.DraftModel != "" {
+		dm, err := cat.Model(sp.DraftModel)
+		if err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		cp := *dm
+		d.Draft = &cp
+	}
+	if cfg.Jitter < 0 || cfg.Jitter > 1 {
+		return nil, fmt.Errorf("jitter %g must be in [0, 1]", cfg.Jitter)
+	}
+	return d, nil
+}
+
+func divisors(n int) []int {
+	var out []int
+	for i := 1; i <= n && i <= 16; i++ {
+		if n%i == 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Name is a short label, e.g. "llama-3-70b tp4 a100-80gb fp8kv".
+func (d *Deployment) Name() string {
+	s := fmt.Sprintf("%s tp%d %s", d.Model.Name, d.TP, d.GPU.Name)
+	if q := strings.ToLower(d.Config.Quantization); q != "" && q != "none" && q != "auto" && q != "bf16" && q != "fp16" {
+		s += " " + q
+	}
+	if d.KVBytesTok > 0 && strings.HasPrefix(strings.ToLower(d.Config.KVCacheDtype), "fp8") {
+		s += " fp8kv"
+	}
+	return s
+}
+
+// stepLoad summarises one engine step's batch for the timing model.
+type stepLoad struct {
+	tokens   int     // new tokens computed (prefill chunks + decodes + draft verifications)
+	seqs     int     // sequences in the batch
+	attn     float64 // Σ n·(c + n/2): attention work in token-pairs
+	ctxRead  float64 // Σ c: cached tokens whose KV is read
+	decodes  int     // sequences decoding (for the draft model's cost)
+	draftCtx float64 // Σ c over decoding sequences
+	prefill  bool    // some sequence is prefilling (no CUDA graph)
+}
+
+// StepBreakdown is one step's time split by cause, in seconds.
+type StepBreakdown struct {
+	Compute, Memory, Comm, Overhead, Draft, Total float64
+}
+
+// stepTime is the roofline: max(compute, memory) over the TP group, plus
+// the all-reduces, plus software overheads.
+func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
+	var b StepBreakdown
+	if l.tokens == 0 {
+		return b
+	}
+	p := &d.Profile
+	tp := float64(d.TP)
+	T := float64(l.tokens)
+	// GEMMs run in the compute dtype; attention stays 16-bit (FlashAttention).
+	eff := p.ComputeEffMax * T / (T + p.ComputeHalfTokens)
+	gemmEff := eff
+	if d.ComputeDtype == "fp8" && p.FP8ComputeEffMax > 0 {
+		gemmEff = p.FP8ComputeEffMax * T / (T + p.ComputeHalfTokens)
+	}
+	gemm := d.linearFlopsTok*T + d.headFlopsSeq*float64(l.seqs)
+	attn := 4 * float64(d.Model.Layers) * d.attnDim * l.attn
+	b.Compute = (gemm/(d.peakFLOPS*gemmEff) + attn/(d.peak16*eff)) / tp
+
+	wbytes := d.WeightBytes
+	if d.Model.Experts > 0 {
+		// Expected distinct experts a layer touches for T tokens.
+		e, k := float64(d.Model.Experts), float64(d.Model.ActiveExperts)
+		touched := e * (1 - math.Pow(1-k/e, T))
+		wbytes = d.denseBytes + touched*d.expertBytes
+	}
+	bytes := wbytes/tp + d.KVBytesTok*(l.ctxRead+T)
+	b.Memory = bytes / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
+
+	if d.TP > 1 {
+		msg := T * float64(d.Model.Hidden) * 2
+		oneWay := d.GPU.InterconnectGBs / 2 * 1e9 * p.LinkEff
+		per := p.AllReduceLatencyUs*1e-6 + 2*(tp-1)/tp*msg/oneWay
+		b.Comm = 2 * float64(d.Model.Layers) * per
+	}
+	layerUs := p.LayerOverheadUs
+	if !l.prefill {
+		layerUs = p.DecodeLayerOverheadUs
+	}
+	b.Overhead = float64(d.Model.Layers)*layerUs*1e-6 + p.StepOverheadMs*1e-3 + float64(l.seqs)*p.SeqOverheadUs*1e-6 + T*p.TokenOverheadUs*1e-6
+	if k := d.Config.Speculative.NumSpeculativeTokens; k > 0 && d.Draft != nil && l.decodes > 0 {
+		b.Draft = float64(k) * d.draftStep(l.decodes, l.draftCtx)
+	}
+	b.Total = math.Max(b.Compute, b.Memory) + b.Comm + b.Overhead + b.Draft
+	return b
+}
+
+// draftStep is one decode step of the draft model for n sequences, run on
+// the same GPUs (weights replicated, so no all-reduce), at 16-bit.
+func (d *Deployment) draftStep(n int, ctx float64) float64 {
+	m := d.Draft
+	p := &d.Profile
+	N := float64(n)
+	params := m.ParamsB * 1e9
+	kvTok := 2 * float64(m.Layers) * float64(m.KVHeads) * float64(m.HeadDim) * 2
+	flops := 2*params*N + 4*float64(m.Layers)*float64(m.Heads*m.HeadDim)*ctx
+	peak := d.GPU.TFLOPS["bf16"]
+	if peak <= 0 {
+		peak = d.GPU.TFLOPS["fp16"]
+	}
+	tc := flops / (peak * 1e12 * p.ComputeEffMax * N / (N + p.ComputeHalfTokens))
+	tm := (params*2 + kvTok*ctx) / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
+	return math.Max(tc, tm) + p.StepOverheadMs*1e-3*0.25
+}
+
+// PrefillTime is the time of one step that prefills n prompt tokens after c
+// cached ones for a single sequence: the batch-1 TTFT minus API overhead.
+func (d *Deployment) PrefillTime(n, c int) StepBreakdown {
+	return d.stepTime(stepLoad{tokens: n, seqs: 1, attn: float64(n) * (float64(c) + float64(n)/2), ctxRead: float64(c), prefill: true})
+}
+
+// DecodeTime is one decode step of b sequences of context ctx each.
+func (d *Deployment) DecodeTime(b, ctx int) StepBreakdown {
+	return d.stepTime(stepLoad{tokens: b, seqs: b, attn: float64(b) * float64(ctx), ctxRead: float64(b) * float64(ctx), decodes: b, draftCtx: float64(b * ctx)})
+}
+
+// String is Name, for fmt.
+func (d *Deployment) String() string { return d.Name() }

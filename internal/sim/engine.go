@@ -1,0 +1,450 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Seq is one request inside the engine.
+type Seq struct {
+	ID        uint64
+	PromptLen int
+	MaxTokens int
+	// Arrival is when the engine could first schedule it (engine time).
+	Arrival time.Duration
+
+	// Output counts generated tokens; CachedTokens the prompt tokens served
+	// from the prefix cache at first scheduling.
+	Output       int
+	CachedTokens int
+	Preemptions  int
+	// FirstScheduled and FirstToken are engine times (valid when Started /
+	// Output > 0).
+	FirstScheduled time.Duration
+	FirstTokenAt   time.Duration
+	Started        bool
+	Finished       bool
+	FinishReason   string
+
+	// Tag is the driver's own data (the HTTP stream, the offline record).
+	Tag any
+
+	hashes          []uint64
+	numComputed     int
+	blocks          []int32
+	numHashedBlocks int
+	specAcc         float64
+	aborted         bool
+}
+
+func (s *Seq) numTokens() int { return s.PromptLen + s.Output }
+
+// Emit is what one step produced for one sequence, at the step's end.
+type Emit struct {
+	Seq      *Seq
+	Tokens   int  // new output tokens (more than one with speculative decoding)
+	First    bool // these include the first output token
+	Finished bool
+}
+
+// StepResult describes one engine step.
+type StepResult struct {
+	Start, End time.Duration
+	Breakdown  StepBreakdown
+	Tokens     int // tokens computed
+	Seqs       int
+	Preempted  int
+	Emits      []Emit // valid until the next Step
+}
+
+// Engine is the vLLM-v1-like scheduler and KV cache of one replica. It is
+// not safe for concurrent use: each driver owns one on one goroutine.
+type Engine struct {
+	d       *Deployment
+	kv      *kvCache
+	waiting []*Seq // FCFS; preempted sequences go back to the front
+	wHead   int
+	running []*Seq
+	rng     *rand.Rand
+	specE   float64
+
+	emits   []Emit
+	batch   []sched
+	nextID  uint64
+	stats   EngineStats
+	aborted int
+}
+
+type sched struct {
+	s *Seq
+	n int
+}
+
+// EngineStats are cumulative counters (vLLM's names in comments).
+type EngineStats struct {
+	Steps          int64
+	PromptTokens   int64 // vllm:prompt_tokens_total
+	GenTokens      int64 // vllm:generation_tokens_total
+	Preemptions    int64 // vllm:num_preemptions_total
+	PrefixQueries  int64 // vllm:prefix_cache_queries_total (tokens)
+	PrefixHits     int64 // vllm:prefix_cache_hits_total (tokens)
+	BusyTime       time.Duration
+	Finished       int64
+	ComputedTokens int64
+}
+
+// NewEngine builds an engine for a resolved deployment.
+func NewEngine(d *Deployment) *Engine {
+	e := &Engine{
+		d:   d,
+		kv:  newKVCache(d.NumBlocks, d.BlockSize),
+		rng: rand.New(rand.NewPCG(uint64(d.Config.Seed), 0x7474667473696d)),
+	}
+	if k := d.Config.Speculative.NumSpeculativeTokens; k > 0 {
+		a := d.Config.Speculative.Acceptance
+		// Expected tokens per verification step: 1 + a + a² + … + a^k.
+		e.specE = (1 - math.Pow(a, float64(k+1))) / (1 - a)
+	}
+	return e
+}
+
+// Deployment returns the engine's configuration.
+func (e *Engine) Deployment() *Deployment { return e.d }
+
+// Stats returns the cumulative counters.
+func (e *Engine) Stats() EngineStats { return e.stats }
+
+// NumRunning and NumWaiting are vLLM's running/waiting gauges.
+func (e *Engine) NumRunning() int { return len(e.running) }
+func (e *Engine) NumWaiting() int { return len(e.waiting) - e.wHead }
+
+// KVUsage is the fraction of KV blocks held.
+func (e *Engine) KVUsage() float64 { return e.kv.usage() }
+
+// HasWork reports whether a step would do anything.
+func (e *Engine) HasWork() bool { return len(e.running) > 0 || e.NumWaiting() > 0 }
+
+// NewSeq validates a request and makes its sequence. tokens, when known,
+// are the prompt's token IDs (used for prefix-cache hashing); otherwise the
+// prompt never shares a prefix.
+func (e *Engine) NewSeq(promptLen, maxTokens int, tokens []int) (*Seq, error) {
+	e.nextID++
+	return NewSeq(e.d, e.nextID, promptLen, maxTokens, tokens)
+}
+
+// NewSeq is Engine.NewSeq for callers off the engine's goroutine; id must be
+// unique within the engine.
+func NewSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int) (*Seq, error) {
+	if promptLen <= 0 {
+		return nil, fmt.Errorf("prompt must have at least one token")
+	}
+	if promptLen >= d.MaxModelLen {
+		return nil, &LengthError{Prompt: promptLen, Max: d.MaxModelLen}
+	}
+	if maxTokens <= 0 {
+		maxTokens = 1
+	}
+	if promptLen+maxTokens > d.MaxModelLen {
+		maxTokens = d.MaxModelLen - promptLen
+	}
+	s := &Seq{ID: id, PromptLen: promptLen, MaxTokens: maxTokens}
+	if d.Config.EnablePrefixCaching {
+		if len(tokens) >= promptLen {
+			s.hashes = blockHashes(tokens[:promptLen], d.BlockSize)
+		} else {
+			s.hashes = syntheticHashes(id, promptLen, d.BlockSize)
+		}
+	}
+	return s, nil
+}
+
+// LengthError is a prompt at or over the maximum model length; the live
+// server answers it with HTTP 400 as vLLM does.
+type LengthError struct{ Prompt, Max int }
+
+func (l *LengthError) Error() string {
+	return fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens in the messages. Please reduce the length of the messages.", l.Max, l.Prompt)
+}
+
+// Add queues a sequence that became schedulable at engine time at.
+func (e *Engine) Add(s *Seq, at time.Duration) {
+	s.Arrival = at
+	e.waiting = append(e.waiting, s)
+}
+
+// Abort drops a sequence (client gone) at the next step.
+func (e *Engine) Abort(s *Seq) {
+	if !s.Finished && !s.aborted {
+		s.aborted = true
+		e.aborted++
+	}
+}
+
+func (e *Engine) dropAborted() {
+	if e.aborted == 0 {
+		return
+	}
+	keep := e.running[:0]
+	for _, s := range e.running {
+		if s.aborted {
+			e.kv.free(s)
+			s.Finished, s.FinishReason = true, "abort"
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(e.running[len(keep):])
+	e.running = keep
+	w := e.waiting[:e.wHead]
+	for _, s := range e.waiting[e.wHead:] {
+		if s.aborted {
+			s.Finished, s.FinishReason = true, "abort"
+			continue
+		}
+		w = append(w, s)
+	}
+	clear(e.waiting[len(w):])
+	e.waiting = w
+	e.aborted = 0
+}
+
+func (e *Engine) popWaiting() *Seq {
+	s := e.waiting[e.wHead]
+	e.waiting[e.wHead] = nil
+	e.wHead++
+	if e.wHead == len(e.waiting) {
+		e.waiting, e.wHead = e.waiting[:0], 0
+	} else if e.wHead > 1024 && e.wHead*2 > len(e.waiting) {
+		n := copy(e.waiting, e.waiting[e.wHead:])
+		clear(e.waiting[n:])
+		e.waiting, e.wHead = e.waiting[:n], 0
+	}
+	return s
+}
+
+func (e *Engine) pushWaitingFront(s *Seq) {
+	if e.wHead > 0 {
+		e.wHead--
+		e.waiting[e.wHead] = s
+		return
+	}
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = s
+}
+
+// preempt frees a running sequence's KV and puts it back at the front of
+// the queue to be recomputed (prompt plus output so far).
+func (e *Engine) preempt(s *Seq) {
+	e.kv.free(s)
+	s.numComputed = 0
+	s.specAcc = 0
+	s.Preemptions++
+	e.stats.Preemptions++
+	e.pushWaitingFront(s)
+}
+
+// Step schedules and times one batch starting at now. Its effects (tokens,
+// finished sequences, freed blocks) take place at End; callers deliver
+// Emits then and must not call Step again before End.
+func (e *Engine) Step(now time.Duration) StepResult {
+	e.dropAborted()
+	d := e.d
+	budget := d.MaxNumBatchedTokens
+	e.batch = e.batch[:0]
+	e.emits = e.emits[:0]
+	preempted := 0
+	k := d.Config.Speculative.NumSpeculativeTokens
+
+	// Running sequences, in order; preempt from the back when the KV
+	// cache is full.
+	schedRunning := func() {
+		for i := 0; i < len(e.running) && budget > 0; i++ {
+			s := e.running[i]
+			n := s.numTokens() - s.numComputed
+			if k > 0 && n == 1 {
+				n = 1 + k
+				if rem := s.MaxTokens - s.Output; n > rem+1 {
+					n = rem + 1
+				}
+			}
+			if n > budget {
+				n = budget
+			}
+			ok := true
+			for !e.kv.allocate(s, s.numComputed+n) {
+				victim := e.running[len(e.running)-1]
+				e.running = e.running[:len(e.running)-1]
+				e.preempt(victim)
+				preempted++
+				if victim == s {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				break
+			}
+			e.batch = append(e.batch, sched{s, n})
+			budget -= n
+		}
+	}
+	// Waiting sequences FCFS while sequences and budget allow.
+	schedWaiting := func(chunk bool) {
+		for e.NumWaiting() > 0 && len(e.running) < d.MaxNumSeqs && budget > 0 {
+			s := e.waiting[e.wHead]
+			hit := 0
+			if s.numComputed == 0 && len(s.hashes) > 0 {
+				hit = e.kv.lookup(s.hashes, s.numTokens())
+			}
+			n := s.numTokens() - hit*d.BlockSize
+			if n > budget {
+				if !chunk {
+					break
+				}
+				n = budget
+			}
+			// Check room before touching refcounts: hit blocks sitting in
+			// the free queue stop being free once taken.
+			need := (hit*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - hit
+			if need+e.freeAmongHits(s.hashes[:hit]) > e.kv.numFree {
+				break
+			}
+			e.popWaiting()
+			if !s.Started {
+				if d.Config.EnablePrefixCaching {
+					e.kv.queries += int64(s.PromptLen)
+					e.kv.hits += int64(hit * d.BlockSize)
+				}
+				s.CachedTokens = hit * d.BlockSize
+				e.stats.PromptTokens += int64(s.PromptLen)
+				s.Started = true
+				s.FirstScheduled = now
+			}
+			e.kv.acquireCached(s, hit)
+			s.numComputed = hit * d.BlockSize
+			if !e.kv.allocate(s, s.numComputed+n) {
+				panic("sim: KV allocation failed after room check") // invariant
+			}
+			e.running = append(e.running, s)
+			e.batch = append(e.batch, sched{s, n})
+			budget -= n
+		}
+	}
+	if d.Config.Scheduler == "v0" {
+		// vLLM ≤ 0.6 default: a step prefills whole waiting prompts if any
+		// fit, and only otherwise decodes the running ones.
+		schedWaiting(false)
+		if len(e.batch) == 0 {
+			schedRunning()
+		}
+	} else {
+		// vLLM v1: running first, then waiting, unless this step preempted.
+		schedRunning()
+		if preempted == 0 {
+			schedWaiting(!d.Config.DisableChunkedPrefill)
+		}
+	}
+
+	// 3. Time the batch.
+	var l stepLoad
+	for _, b := range e.batch {
+		c := float64(b.s.numComputed)
+		n := float64(b.n)
+		l.tokens += b.n
+		l.attn += n * (c + n/2)
+		l.ctxRead += c
+		if b.s.numComputed == b.s.numTokens()-1 {
+			l.decodes++
+			l.draftCtx += c
+		} else {
+			l.prefill = true
+		}
+	}
+	l.seqs = len(e.batch)
+	bd := d.stepTime(l)
+	if j := d.Config.Jitter; j > 0 && bd.Total > 0 {
+		f := 1 + j*e.rng.NormFloat64()
+		bd.Total *= math.Max(0.5, math.Min(f, 2))
+	}
+	dur := time.Duration(bd.Total * 1e9)
+	if dur <= 0 && len(e.batch) > 0 {
+		dur = 1
+	}
+	end := now + dur
+
+	// 4. Apply: computed tokens, outputs, prefix-cache commits, finishes.
+	finished := 0
+	for _, b := range e.batch {
+		s := b.s
+		decoding := s.numComputed == s.numTokens()-1
+		produced := 0
+		if decoding && k > 0 {
+			e.specAcc(s)
+			produced = int(s.specAcc)
+			s.specAcc -= float64(produced)
+			produced = max(1, min(produced, b.n))
+			if rem := s.MaxTokens - s.Output; produced > rem {
+				produced = rem
+			}
+			s.numComputed += produced
+			s.Output += produced
+		} else {
+			s.numComputed += b.n
+			if s.numComputed >= s.numTokens() {
+				produced = 1
+				s.Output++
+			}
+		}
+		e.stats.ComputedTokens += int64(b.n)
+		if len(s.hashes) > 0 {
+			e.kv.commit(s)
+		}
+		if produced > 0 {
+			e.stats.GenTokens += int64(produced)
+			first := s.Output == produced && s.FirstTokenAt == 0
+			if first {
+				s.FirstTokenAt = end
+			}
+			em := Emit{Seq: s, Tokens: produced, First: first}
+			if s.Output >= s.MaxTokens || s.numTokens() >= d.MaxModelLen {
+				s.Finished, s.FinishReason = true, "length"
+				em.Finished = true
+				e.kv.free(s)
+				finished++
+				e.stats.Finished++
+			}
+			e.emits = append(e.emits, em)
+		}
+	}
+	if finished > 0 {
+		keep := e.running[:0]
+		for _, s := range e.running {
+			if !s.Finished {
+				keep = append(keep, s)
+			}
+		}
+		clear(e.running[len(keep):])
+		e.running = keep
+	}
+	e.stats.Steps++
+	e.stats.BusyTime += dur
+	e.stats.PrefixQueries, e.stats.PrefixHits = e.kv.queries, e.kv.hits
+	return StepResult{Start: now, End: end, Breakdown: bd, Tokens: l.tokens, Seqs: l.seqs, Preempted: preempted, Emits: e.emits}
+}
+
+func (e *Engine) specAcc(s *Seq) { s.specAcc += e.specE }
+
+// freeAmongHits counts cached blocks that are in the free queue and would
+// leave it when taken as hits.
+func (e *Engine) freeAmongHits(hashes []uint64) int {
+	n := 0
+	for _, h := range hashes {
+		if b, ok := e.kv.cache[h]; ok && e.kv.inFree[b] {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// PlanRequest asks for the cheapest deployment meeting SLOs at a load.
+type PlanRequest struct {
+	Model        string
+	Rate         float64 // requests/s offered to the whole fleet (Poisson)
+	PromptTokens int
+	MaxTokens    int
+	// SLOs on P95 in ms; zero means no limit.
+	TTFTP95Ms, ITLP95Ms float64
+	GPUs                []string // nil: every GPU in the catalog
+	TPs                 []int    // nil: 1, 2, 4, 8
+	// FP8 options to try: nil tries 16-bit and FP8 (weights and KV).
+	FP8           []bool
+	MaxReplicas   int // default 64
+	Requests      int // simulated per candidate (default 2000)
+	PrefixCaching bool
+	Engine        string
+	Prices        map[string]float64 // USD per GPU-hour overrides
+	Catalog       *Catalog
+	Seed          uint64
+}
+
+// PlanRow is one candidate: the fewest replicas that meet the SLOs (or the
+// most tried, when none does).
+type PlanRow struct {
+	GPU         string  `json:"gpu"`
+	TP          int     `json:"tp"`
+	FP8         bool    `json:"fp8"`
+	Replicas    int     `json:"replicas"`
+	TTFTP50Ms   float64 `json:"ttft_p50_ms"`
+	TTFTP95Ms   float64 `json:"ttft_p95_ms"`
+	ITLP95Ms    float64 `json:"itl_p95_ms"`
+	CostPerHour float64 `json:"cost_per_hour"`
+	Meets       bool    `json:"meets"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// Plan simulates each candidate configuration on the virtual clock, one
+// replica receiving 1/replicas of the load (even balancing), and returns
+// the rows sorted: meeting the SLOs first, then by cost.
+func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
+	cat := req.Catalog
+	if cat == nil {
+		cat = DefaultCatalog()
+	}
+	if _, err := cat.Model(req.Model); err != nil {
+		return nil, err
+	}
+	if req.Rate <= 0 {
+		return nil, fmt.Errorf("plan needs a positive request rate, got %g", req.Rate)
+	}
+	if req.PromptTokens <= 0 || req.MaxTokens <= 0 {
+		return nil, fmt.Errorf("plan needs positive prompt and output lengths")
+	}
+	if req.MaxReplicas <= 0 {
+		req.MaxReplicas = 64
+	}
+	if req.Requests <= 0 {
+		req.Requests = 2000
+	}
+	gpus := req.GPUs
+	if len(gpus) == 0 {
+		gpus = cat.GPUNames()
+	}
+	tps := req.TPs
+	if len(tps) == 0 {
+		tps = []int{1, 2, 4, 8}
+	}
+	fp8s := req.FP8
+	if len(fp8s) == 0 {
+		fp8s = []bool{false, true}
+	}
+	var rows []PlanRow
+	for _, gname := range gpus {
+		g, err := cat.GPU(gname)
+		if err != nil {
+			return nil, err
+		}
+		price := g.PricePerHour
+		if p, ok := req.Prices[g.Name]; ok {
+			price = p
+		}
+		for _, tp := range tps {
+			for _, fp8 := range fp8s {
+				cfg := Config{Model: req.Model, GPU: g.Name, TensorParallelSize: tp, EnablePrefixCaching: req.PrefixCaching, Engine: req.Engine,
+					MaxModelLen: req.PromptTokens + req.MaxTokens + 16, AllowLongMaxModelLen: true}
+				if fp8 {
+					cfg.Quantization, cfg.KVCacheDtype = "fp8", "fp8"
+				}
+				row := PlanRow{GPU: g.Name, TP: tp, FP8: fp8}
+				d, err := Resolve(cat, cfg)
+				if err != nil {
+					continue // does not fit or TP invalid: not a candidate
+				}
+				eval := func(r int) (PlanRow, error) {
+					out := row
+					out.Replicas = r
+					out.CostPerHour = float64(r*tp) * price
+					p50, p95, itl, err := simulateLoad(ctx, d, req.Rate/float64(r), req.PromptTokens, req.MaxTokens, req.Requests, req.Seed)
+					if err != nil {
+						return out, err
+					}
+					out.TTFTP50Ms, out.TTFTP95Ms, out.ITLP95Ms = p50, p95, itl
+					out.Meets = (req.TTFTP95Ms <= 0 || p95 <= req.TTFTP95Ms) && (req.ITLP95Ms <= 0 || itl <= req.ITLP95Ms)
+					return out, nil
+				}
+				// Exponential then binary search for the fewest replicas.
+				lo, hi := 0, 1
+				var best PlanRow
+				found := false
+				for hi <= req.MaxReplicas {
+					r, err := eval(hi)
+					if err != nil {
+						return nil, err
+					}
+					if r.Meets {
+						best, found = r, true
+						break
+					}
+					best = r
+					lo, hi = hi, hi*2
+				}
+				if !found && lo < req.MaxReplicas {
+					r, err := eval(req.MaxReplicas)
+					if err != nil {
+						return nil, err
+					}
+					best, hi = r, req.MaxReplicas
+					found = r.Meets
+				}
+				if found {
+					for lo+1 < hi {
+						mid := (lo + hi) / 2
+						r, err := eval(mid)
+						if err != nil {
+							return nil, err
+						}
+						if r.Meets {
+							best, hi = r, mid
+						} else {
+							lo = mid
+						}
+					}
+				} else {
+					best.Note = fmt.Sprintf("misses the SLO even with %d replicas", best.Replicas)
+				}
+				rows = append(rows, best)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("no configuration of %s fits on %v with TP in %v", req.Model, gpus, tps)
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Meets != rows[j].Meets {
+			return rows[i].Meets
+		}
+		if rows[i].CostPerHour != rows[j].CostPerHour {
+			return rows[i].CostPerHour < rows[j].CostPerHour
+		}
+		return rows[i].TTFTP95Ms < rows[j].TTFTP95Ms
+	})
+	return rows, nil
+}
+
+// simulateLoad runs n Poisson requests at rate through one replica and
+// returns TTFT P50/P95 and ITL P95 in ms.
+func simulateLoad(ctx context.Context, d *Deployment, rate float64, prompt, out, n int, seed uint64) (p50, p95, itl95 float64, err error) {
+	src := &fixedSource{n: n, prompt: prompt, out: out}
+	var ttfts, itls []float64
+	_, err = Run(ctx, d, src, RunOptions{Rate: rate, Seed: seed}, func(r *record.Record) error {
+		if r.OK() {
+			ttfts = append(ttfts, r.TTFTMs)
+			itls = append(itls, r.ITLMs...)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if len(ttfts) == 0 {
+		return math.Inf(1), math.Inf(1), math.Inf(1), nil
+	}
+	slices.Sort(ttfts)
+	slices.Sort(itls)
+	return quantile(ttfts, 0.5), quantile(ttfts, 0.95), quantile(itls, 0.95), nil
+}
+
+// quantile of sorted xs by linear interpolation.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	pos := q * float64(len(xs)-1)
+	i := int(pos)
+	if i+1 >= len(xs) {
+		return xs[len(xs)-1]
+	}
+	f := pos - float64(i)
+	return xs[i]*(1-f) + xs[i+1]*f
+}
+
+// fixedSource yields n requests of fixed prompt and output lengths with
+// unique prompts (no prefix sharing).
+type fixedSource struct {
+	n, i, prompt, out int
+}
+
+func (f *fixedSource) Next(ctx context.Context) (*workload.Request, error) {
+	if f.i >= f.n {
+		return nil, io.EOF
+	}
+	f.i++
+	return &workload.Request{Index: f.i - 1, PromptTokens: f.prompt, MaxTokens: f.out, MinTokens: f.out}, nil
+}
+
+// LengthSource yields requests by length only, for simulations that need no
+// text: each prompt is unique from its first token (no prefix sharing), or,
+// with Same, every prompt is the same token sequence (prefix caches hit).
+// It is equivalent, for the engine, to a fixed-length text workload and
+// costs nothing per request. Requests > 0 stops after that many.
+type LengthSource struct {
+	PromptTokens, MaxTokens, MinTokens int
+	Same                               bool
+	Requests                           int
+	i                                  int
+	shared                             []int
+}
+
+// Next implements workload.Source.
+func (l *LengthSource) Next(ctx context.Context) (*workload.Request, error) {
+	if l.Requests > 0 && l.i >= l.Requests {
+		return nil, io.EOF
+	}
+	r := &workload.Request{Index: l.i, PromptTokens: l.PromptTokens, MaxTokens: l.MaxTokens, MinTokens: l.MinTokens}
+	if l.Same {
+		if l.shared == nil {
+			l.shared = make([]int, l.PromptTokens)
+			for i := range l.shared {
+				l.shared[i] = int(mix64(uint64(i)) % 100000)
+			}
+		}
+		r.Tokens = l.shared
+	}
+	l.i++
+	return r, nil
+}

@@ -1,0 +1,870 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// ServerConfig is one live replica: a deployment plus serving options.
+type ServerConfig struct {
+	Config `yaml:",inline"`
+	// Addr is host:port to listen on; default 127.0.0.1:0.
+	Addr string `yaml:"addr,omitempty"`
+	// ServedModelName is the model id clients use (default: the catalog name).
+	ServedModelName string `yaml:"served_model_name,omitempty"`
+	// DefaultMaxTokens is the output length when a request sets no limit.
+	DefaultMaxTokens int         `yaml:"default_max_tokens,omitempty"`
+	Faults           FaultConfig `yaml:"faults,omitempty"`
+	// StartupDelay makes /health and every endpoint answer 503 for this long
+	// after start, like a server still loading weights.
+	StartupDelay time.Duration `yaml:"startup_delay,omitempty"`
+	// SpinWindow is how long before a step's end the engine goroutine stops
+	// sleeping and yields in a loop, because OS timers wake late by up to
+	// milliseconds; 0 means 1 ms, negative disables spinning.
+	SpinWindow time.Duration `yaml:"spin_window,omitempty"`
+	// Count replicates this entry in a fleet file.
+	Count int `yaml:"count,omitempty"`
+
+	Catalog   *Catalog           `yaml:"-"`
+	Tokenizer workload.Tokenizer `yaml:"-"`
+}
+
+// DefaultServerConfig is a small, fast deployment: Llama-3.1-8B on one
+// H100 SXM with vLLM's defaults and prefix caching, giving TTFTs of tens
+// of milliseconds. It is the built-in target of "ttft bench".
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Config: Config{
+			Model:               "llama-3.1-8b",
+			GPU:                 "h100-sxm",
+			TensorParallelSize:  1,
+			EnablePrefixCaching: true,
+			MaxModelLen:         32768,
+		},
+		Addr:             "127.0.0.1:0",
+		DefaultMaxTokens: 256,
+	}
+}
+
+// Server is a live simulated replica speaking the OpenAI API.
+type Server struct {
+	cfg     ServerConfig
+	d       *Deployment
+	name    string
+	tok     workload.Tokenizer
+	ln      net.Listener
+	srv     *http.Server
+	url     string
+	origin  time.Time
+	in      chan *liveReq
+	aborts  chan *Seq
+	metrics *serverMetrics
+	ids     atomic.Uint64
+	lag     lagHist
+	api     time.Duration
+
+	faultMu  sync.Mutex
+	faultRng *rand.Rand
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	closed sync.Once
+}
+
+type liveReq struct {
+	seq   *Seq
+	ready time.Duration
+	st    *stream
+}
+
+// StartServer resolves cfg, listens on cfg.Addr and serves until Close or
+// ctx ends.
+func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	d, err := Resolve(cfg.Catalog, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 256
+	}
+	if cfg.SpinWindow == 0 {
+		cfg.SpinWindow = time.Millisecond
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("simulator listening on %s: %w", cfg.Addr, err)
+	}
+	name := cfg.ServedModelName
+	if name == "" {
+		name = d.Model.Name
+	}
+	tok := cfg.Tokenizer
+	if tok == nil {
+		tok = workload.DefaultTokenizer()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Server{
+		cfg: cfg, d: d, name: name, tok: tok, ln: ln,
+		url:      "http://" + ln.Addr().String(),
+		origin:   time.Now(),
+		in:       make(chan *liveReq, 4096),
+		aborts:   make(chan *Seq, 4096),
+		metrics:  newServerMetrics(name, "0"),
+		api:      time.Duration(d.Profile.APIOverheadMs * 1e6),
+		faultRng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661756c74)),
+		cancel:   cancel,
+		done:     make(chan struct{}),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, true) })
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, false) })
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go s.loop(ctx)
+	go func() { _ = s.srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = s.srv.Close()
+	}()
+	return s, nil
+}
+
+// URL is the server's base URL, e.g. http://127.0.0.1:8000 (no /v1).
+func (s *Server) URL() string { return s.url }
+
+// Deployment is the resolved configuration being simulated.
+func (s *Server) Deployment() *Deployment { return s.d }
+
+// ModelName is the id clients must send.
+func (s *Server) ModelName() string { return s.name }
+
+// Close stops the server and its engine.
+func (s *Server) Close() error {
+	var err error
+	s.closed.Do(func() {
+		s.cancel()
+		err = s.srv.Close()
+		<-s.done
+	})
+	return err
+}
+
+func (s *Server) since() time.Duration { return time.Since(s.origin) }
+
+func (s *Server) ready() bool { return s.since() >= s.cfg.StartupDelay }
+
+// ---- engine goroutine ----
+
+// loop owns the engine. It runs the same Step as the offline runner; only
+// the clock differs: it sleeps until each step's scheduled end, then hands
+// the step's tokens to the streams with that scheduled time.
+func (s *Server) loop(ctx context.Context) {
+	defer close(s.done)
+	eng := NewEngine(s.d)
+	var q []*liveReq // admission FIFO (ready times non-decreasing)
+	busy := false
+	var stepEnd, lastEnd time.Duration
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	take := func(r *liveReq) { q = append(q, r) }
+	drain := func() {
+		for {
+			select {
+			case r := <-s.in:
+				take(r)
+			case a := <-s.aborts:
+				eng.Abort(a)
+			default:
+				return
+			}
+		}
+	}
+	// waitUntil sleeps until engine time t, still accepting arrivals.
+	waitUntil := func(t time.Duration) bool {
+		for {
+			d := t - s.since()
+			if d <= 0 {
+				return true
+			}
+			if d > s.cfg.SpinWindow || s.cfg.SpinWindow < 0 {
+				sleep := d
+				if s.cfg.SpinWindow > 0 {
+					sleep = d - s.cfg.SpinWindow
+				}
+				timer.Reset(sleep)
+				select {
+				case <-timer.C:
+				case r := <-s.in:
+					if !timer.Stop() {
+						<-timer.C
+					}
+					take(r)
+				case a := <-s.aborts:
+					if !timer.Stop() {
+						<-timer.C
+					}
+					eng.Abort(a)
+				case <-ctx.Done():
+					return false
+				}
+				continue
+			}
+			drain()
+			runtime.Gosched()
+		}
+	}
+	admit := func(upTo time.Duration) {
+		i := 0
+		for ; i < len(q) && q[i].ready <= upTo; i++ {
+			eng.Add(q[i].seq, q[i].ready)
+		}
+		if i > 0 {
+			n := copy(q, q[i:])
+			clear(q[n:])
+			q = q[:n]
+		}
+	}
+	step := func(at time.Duration) {
+		res := eng.Step(at)
+		busy, stepEnd = true, res.End
+	}
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		drain()
+		if busy {
+			if !waitUntil(stepEnd) {
+				return
+			}
+			drain()
+			s.deliver(eng, stepEnd)
+			busy, lastEnd = false, stepEnd
+			admit(lastEnd)
+			s.metrics.update(eng)
+			if eng.HasWork() {
+				step(lastEnd)
+			}
+			continue
+		}
+		if len(q) > 0 {
+			r := max(q[0].ready, lastEnd)
+			if !waitUntil(r) {
+				return
+			}
+			drain()
+			admit(r)
+			step(r)
+			continue
+		}
+		if eng.HasWork() { // only aborted leftovers
+			step(max(s.since(), lastEnd))
+			continue
+		}
+		select {
+		case r := <-s.in:
+			take(r)
+		case a := <-s.aborts:
+			eng.Abort(a)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// deliver hands a finished step's tokens to their streams and records
+// vLLM's per-request histograms on the engine's schedule.
+func (s *Server) deliver(eng *Engine, end time.Duration) {
+	at := s.origin.Add(end)
+	m := s.metrics
+	for _, em := range eng.emits {
+		st := em.Seq.Tag.(*stream)
+		sq := em.Seq
+		if em.First {
+			m.ttft.Observe((end - st.received).Seconds())
+		} else {
+			m.itl.Observe((end - st.lastEmit).Seconds())
+		}
+		st.lastEmit = end
+		ev := tokenEv{n: em.Tokens, out: sq.Output, at: at, first: em.First, finished: em.Finished, reason: sq.FinishReason, cached: sq.CachedTokens}
+		if em.Finished {
+			m.e2e.Observe((end - st.received).Seconds())
+			m.queue.Observe((sq.FirstScheduled - sq.Arrival).Seconds())
+			m.prefill.Observe((sq.FirstTokenAt - sq.FirstScheduled).Seconds())
+			m.dec.Observe((end - sq.FirstTokenAt).Seconds())
+			m.inference.Observe((end - sq.FirstScheduled).Seconds())
+			if sq.Output > 1 {
+				m.tpot.Observe((end - sq.FirstTokenAt).Seconds() / float64(sq.Output-1))
+			}
+			m.success.WithLabelValues(sq.FinishReason).Inc()
+		}
+		st.push(ev)
+	}
+}
+
+// ---- streams ----
+
+type tokenEv struct {
+	n, out   int // new tokens, cumulative output
+	at       time.Time
+	first    bool
+	finished bool
+	reason   string
+	cached   int
+}
+
+// stream is the hand-off between the engine goroutine and one request's
+// writer: the engine never blocks on a slow client.
+type stream struct {
+	mu       sync.Mutex
+	evs      []tokenEv
+	notify   chan struct{}
+	received time.Duration // engine time the request arrived
+	lastEmit time.Duration // engine goroutine only
+}
+
+func (st *stream) push(ev tokenEv) {
+	st.mu.Lock()
+	st.evs = append(st.evs, ev)
+	st.mu.Unlock()
+	select {
+	case st.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (st *stream) take(buf []tokenEv) []tokenEv {
+	st.mu.Lock()
+	buf = append(buf[:0], st.evs...)
+	st.evs = st.evs[:0]
+	st.mu.Unlock()
+	return buf
+}
+
+// ---- HTTP ----
+
+type oaRequest struct {
+	Model         string          `json:"model"`
+	Messages      []oaMessage     `json:"messages"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	MinTokens           int  `json:"min_tokens"`
+	IgnoreEOS           bool `json:"ignore_eos"`
+	N                   int  `json:"n"`
+}
+
+type oaMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text extracts a message's text: a string, or an array of parts whose
+// "text" fields are joined.
+func (m oaMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", fmt.Errorf("content must be a string or an array of parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"object": "error", "message": msg, "type": typ, "param": nil, "code": status})
+	_, _ = w.Write(b)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready() {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the simulated engine is still starting")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	b, _ := json.Marshal(map[string]any{"object": "list", "data": []any{map[string]any{
+		"id": s.name, "object": "model", "created": s.origin.Unix(), "owned_by": "ttft-sim",
+		"root": s.name, "parent": nil, "max_model_len": s.d.MaxModelLen,
+	}}})
+	_, _ = w.Write(b)
+}
+
+func (s *Server) modelMatches(name string) bool {
+	if name == "" || strings.EqualFold(name, s.name) {
+		return true
+	}
+	return normName(name) == normName(s.d.Model.Name)
+}
+
+// pickFault decides whether this request fails outright.
+func (s *Server) pickFault(f FaultConfig) bool {
+	if f.ErrorRate <= 0 {
+		return false
+	}
+	if f.ErrorRate >= 1 {
+		return true
+	}
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	return s.faultRng.Float64() < f.ErrorRate
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	received := s.since()
+	ctx := r.Context()
+	if !s.ready() {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the simulated engine is still starting")
+		return
+	}
+	faults, err := ParseFaults(s.cfg.Faults, r.Header.Get(FaultHeader))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "reading the request body: "+err.Error())
+		return
+	}
+	var req oaRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+		return
+	}
+	if !s.modelMatches(req.Model) {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	if req.N > 1 {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "the simulator serves n=1 only")
+		return
+	}
+	var text string
+	var ids []int
+	if chat {
+		if len(req.Messages) == 0 {
+			writeError(w, http.StatusBadRequest, "BadRequestError", "messages must not be empty")
+			return
+		}
+		parts := make([]string, len(req.Messages))
+		for i, m := range req.Messages {
+			if parts[i], err = m.text(); err != nil {
+				writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("messages[%d]: %v", i, err))
+				return
+			}
+		}
+		text = strings.Join(parts, "\n")
+	} else {
+		if err := json.Unmarshal(req.Prompt, &text); err != nil {
+			var list []string
+			if err2 := json.Unmarshal(req.Prompt, &list); err2 == nil && len(list) == 1 {
+				text = list[0]
+			} else if err3 := json.Unmarshal(req.Prompt, &ids); err3 != nil || len(ids) == 0 {
+				writeError(w, http.StatusBadRequest, "BadRequestError", "prompt must be a string, a one-element list of strings, or a list of token ids")
+				return
+			}
+		}
+	}
+	if ids == nil {
+		ids = s.tok.Encode(text)
+	}
+	if len(ids) == 0 {
+		ids = []int{0} // an empty prompt still costs the BOS token
+	}
+	maxTok := s.cfg.DefaultMaxTokens
+	explicit := false
+	for _, p := range []*int{req.MaxCompletionTokens, req.MaxTokens} {
+		if p != nil {
+			if *p < 1 {
+				writeError(w, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
+				return
+			}
+			maxTok, explicit = *p, true
+			break
+		}
+	}
+	if req.MinTokens > maxTok {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("min_tokens (%d) must be less than or equal to max_tokens (%d)", req.MinTokens, maxTok))
+		return
+	}
+	if explicit && len(ids)+maxTok > s.d.MaxModelLen && len(ids) < s.d.MaxModelLen {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", s.d.MaxModelLen, len(ids)+maxTok, len(ids), maxTok))
+		return
+	}
+	seq, err := NewSeq(s.d, s.ids.Add(1), len(ids), maxTok, ids)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	if s.pickFault(faults) {
+		status := faults.ErrorStatus
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		writeError(w, status, "InjectedFault", fmt.Sprintf("injected fault: HTTP %d", status))
+		return
+	}
+	if !sleepCtx(ctx, faults.SlowStart) {
+		return
+	}
+	if faults.SlowStart > 0 {
+		received = s.since()
+	}
+	st := &stream{notify: make(chan struct{}, 1), received: received}
+	seq.Tag = st
+	select {
+	case s.in <- &liveReq{seq: seq, ready: received + s.api, st: st}:
+	case <-ctx.Done():
+		return
+	}
+	id := fmt.Sprintf("%s-%d", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], seq.ID)
+	w.Header().Set("X-Request-Id", id)
+	out := &responder{s: s, w: w, chat: chat, id: id, created: time.Now().Unix(), seq: seq, faults: faults}
+	if req.Stream {
+		out.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+		out.stream(ctx, st)
+	} else {
+		out.whole(ctx, st)
+	}
+}
+
+// responder writes one request's answer.
+type responder struct {
+	s       *Server
+	w       http.ResponseWriter
+	chat    bool
+	usage   bool
+	id      string
+	created int64
+	seq     *Seq
+	faults  FaultConfig
+	prefix  []byte // chunk JSON up to the text
+	buf     []byte
+}
+
+func (o *responder) abort() {
+	select {
+	case o.s.aborts <- o.seq:
+	default:
+		go func() {
+			select {
+			case o.s.aborts <- o.seq:
+			case <-o.s.done: // engine stopped: nothing to abort
+			}
+		}()
+	}
+}
+
+// wait blocks until the stream has events; false if the client left.
+func (o *responder) wait(ctx context.Context, st *stream) bool {
+	select {
+	case <-st.notify:
+		return true
+	case <-ctx.Done():
+		o.abort()
+		return false
+	}
+}
+
+func (o *responder) chunkPrefix() []byte {
+	if o.prefix != nil {
+		return o.prefix
+	}
+	model, _ := json.Marshal(o.s.name)
+	obj := "text_completion"
+	if o.chat {
+		obj = "chat.completion.chunk"
+	}
+	o.prefix = fmt.Appendf(nil, `data: {"id":"%s","object":"%s","created":%d,"model":%s,"choices":[{"index":0,`, o.id, obj, o.created, model)
+	return o.prefix
+}
+
+// appendChunk writes one SSE event carrying text; reason is "" until the
+// last one.
+func (o *responder) appendChunk(b []byte, text string, role bool, reason string) []byte {
+	b = append(b, o.chunkPrefix()...)
+	if o.chat {
+		if role {
+			b = append(b, `"delta":{"role":"assistant","content":""}`...)
+		} else {
+			b = append(b, `"delta":{"content":"`...)
+			b = append(b, text...) // output words need no JSON escaping
+			b = append(b, `"}`...)
+		}
+	} else {
+		b = append(b, `"text":"`...)
+		b = append(b, text...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"logprobs":null,"finish_reason":`...)
+	if reason == "" {
+		b = append(b, `null`...)
+	} else {
+		b = strconv.AppendQuote(b, reason)
+	}
+	if reason != "" || !role {
+		b = append(b, `,"stop_reason":null`...)
+	}
+	return append(b, "}]}\n\n"...)
+}
+
+func (o *responder) usageJSON(out, cached int) string {
+	p := o.seq.PromptLen
+	return fmt.Sprintf(`{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`, p, p+out, out, cached)
+}
+
+func (o *responder) stream(ctx context.Context, st *stream) {
+	h := o.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	o.w.WriteHeader(http.StatusOK)
+	fl, _ := o.w.(http.Flusher)
+	if fl != nil {
+		fl.Flush()
+	}
+	rc := http.NewResponseController(o.w)
+	var evs []tokenEv
+	sent := 0
+	stallMidAt := o.faults.StallMidAfter
+	if stallMidAt == 0 {
+		stallMidAt = max(1, o.seq.MaxTokens/2)
+	}
+	for {
+		if !o.wait(ctx, st) {
+			return
+		}
+		evs = st.take(evs)
+		// Everything pending goes out in one write: when a writer falls
+		// behind, it catches up with one syscall instead of one per token.
+		b := o.buf[:0]
+		finished := false
+		for _, ev := range evs {
+			if ev.first {
+				if !sleepCtx(ctx, o.faults.StallFirst) {
+					o.abort()
+					return
+				}
+				if o.chat {
+					b = o.appendChunk(b, "", true, "")
+				}
+			}
+			if ev.n > 1 {
+				// Speculative decoding: the step's tokens share one chunk.
+				var sb strings.Builder
+				for j := ev.out - ev.n; j < ev.out; j++ {
+					sb.WriteString(wordFor(o.seq.ID, j))
+				}
+				reason := ""
+				if ev.finished {
+					reason = ev.reason
+				}
+				b = o.appendChunk(b, sb.String(), false, reason)
+			} else {
+				for i := sent; i < ev.out; i++ {
+					reason := ""
+					if ev.finished && i == ev.out-1 {
+						reason = ev.reason
+					}
+					b = o.appendChunk(b, wordFor(o.seq.ID, i), false, reason)
+				}
+			}
+			prev := sent
+			sent = ev.out
+			if ev.finished {
+				finished = true
+				if o.usage {
+					b = fmt.Appendf(b, `data: {"id":"%s","object":"%s","created":%d,"model":%q,"choices":[],"usage":%s}`+"\n\n", o.id, map[bool]string{true: "chat.completion.chunk", false: "text_completion"}[o.chat], o.created, o.s.name, o.usageJSON(ev.out, ev.cached))
+				}
+				b = append(b, "data: [DONE]\n\n"...)
+			}
+			cut := o.faults.CutAfter > 0 && sent >= o.faults.CutAfter && !ev.finished
+			stall := o.faults.StallMid > 0 && prev < stallMidAt && sent >= stallMidAt && !ev.finished
+			if cut || stall || ev.first && o.faults.StallFirst > 0 {
+				// Faults act at this token: flush what precedes it first.
+				if !o.flush(rc, b, evs[:1]) {
+					return
+				}
+				b = b[:0]
+				if cut {
+					o.abort()
+					panic(http.ErrAbortHandler) // closes the connection mid-stream
+				}
+				if stall && !sleepCtx(ctx, o.faults.StallMid) {
+					o.abort()
+					return
+				}
+			}
+		}
+		if len(b) > 0 && !o.flush(rc, b, evs) {
+			return
+		}
+		o.buf = b
+		if finished {
+			return
+		}
+	}
+}
+
+// flush writes b and records each event's emission lag.
+func (o *responder) flush(rc *http.ResponseController, b []byte, evs []tokenEv) bool {
+	if _, err := o.w.Write(b); err != nil {
+		o.abort()
+		return false
+	}
+	_ = rc.Flush()
+	for _, ev := range evs {
+		o.s.lag.observe(time.Since(ev.at))
+	}
+	return true
+}
+
+func (o *responder) whole(ctx context.Context, st *stream) {
+	var evs []tokenEv
+	for {
+		if !o.wait(ctx, st) {
+			return
+		}
+		evs = st.take(evs)
+		if len(evs) == 0 || !evs[len(evs)-1].finished {
+			continue
+		}
+		ev := evs[len(evs)-1]
+		if !sleepCtx(ctx, o.faults.StallFirst+o.faults.StallMid) {
+			return
+		}
+		if c := o.faults.CutAfter; c > 0 {
+			panic(http.ErrAbortHandler)
+		}
+		text := outputText(o.seq.ID, ev.out)
+		var choice map[string]any
+		obj := "text_completion"
+		if o.chat {
+			obj = "chat.completion"
+			choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "logprobs": nil, "finish_reason": ev.reason, "stop_reason": nil}
+		} else {
+			choice = map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": ev.reason, "stop_reason": nil}
+		}
+		resp := map[string]any{"id": o.id, "object": obj, "created": o.created, "model": o.s.name, "choices": []any{choice}, "usage": json.RawMessage(o.usageJSON(ev.out, ev.cached))}
+		b, _ := json.Marshal(resp)
+		o.w.Header().Set("Content-Type", "application/json")
+		_, _ = o.w.Write(b)
+		o.s.lag.observe(time.Since(ev.at))
+		return
+	}
+}
+
+// ---- emission lag ----
+
+// lagHist counts how late tokens were written versus their scheduled time:
+// 10 µs buckets up to 20 ms, then 1 ms buckets up to 1 s.
+type lagHist struct {
+	fine   [2000]atomic.Int64
+	coarse [1001]atomic.Int64
+	n      atomic.Int64
+	maxv   atomic.Int64
+}
+
+func (h *lagHist) observe(d time.Duration) {
+	us := max(0, d.Microseconds())
+	if us < 20000 {
+		h.fine[us/10].Add(1)
+	} else {
+		h.coarse[min(1000, us/1000)].Add(1)
+	}
+	h.n.Add(1)
+	for {
+		m := h.maxv.Load()
+		if us <= m || h.maxv.CompareAndSwap(m, us) {
+			break
+		}
+	}
+}
+
+// LagStats describes emission error: write time minus scheduled time.
+type LagStats struct {
+	Count         int64
+	P50, P99, Max time.Duration
+}
+
+// EmissionLag reports how far token writes trailed the engine's schedule.
+func (s *Server) EmissionLag() LagStats {
+	h := &s.lag
+	n := h.n.Load()
+	st := LagStats{Count: n, Max: time.Duration(h.maxv.Load()) * time.Microsecond}
+	if n == 0 {
+		return st
+	}
+	q := func(p float64) time.Duration {
+		want := int64(p * float64(n))
+		var c int64
+		for i := range h.fine {
+			if c += h.fine[i].Load(); c > want {
+				return time.Duration(i*10+10) * time.Microsecond
+			}
+		}
+		for i := range h.coarse {
+			if c += h.coarse[i].Load(); c > want {
+				return time.Duration(i+1) * time.Millisecond
+			}
+		}
+		return st.Max
+	}
+	st.P50, st.P99 = q(0.5), q(0.99)
+	return st
+}

@@ -1,0 +1,61 @@
+package sim
+
+import (
+	"strings"
+
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// outputWords are the pieces the simulator streams, one per output token.
+// Each is a leading-space common English word, which BPE tokenizers
+// (cl100k, o200k, Llama-3) encode as exactly one token and which never merge
+// with a neighbour, so the received text re-tokenises to the same count.
+var outputWords = [...]string{
+	" the", " of", " and", " to", " in", " is", " that", " for", " it", " as",
+	" with", " was", " on", " be", " at", " by", " this", " had", " not", " are",
+	" but", " from", " or", " have", " an", " they", " which", " one", " you", " were",
+	" all", " we", " can", " her", " has", " there", " been", " if", " more", " when",
+	" will", " would", " who", " so", " no", " time", " out", " up", " about", " than",
+}
+
+// wordFor returns the text of output token i of sequence id: deterministic,
+// varied, and cheap (no allocation).
+func wordFor(id uint64, i int) string {
+	return outputWords[mix64(id*0x9e3779b97f4a7c15+uint64(i))%uint64(len(outputWords))]
+}
+
+// outputText is the whole output of a sequence of n tokens.
+func outputText(id uint64, n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString(wordFor(id, i))
+	}
+	return b.String()
+}
+
+// promptLength counts a request's prompt tokens: the source's own count,
+// else its token IDs, else the tokenizer over the text.
+func promptLength(r *workload.Request, tok workload.Tokenizer) int {
+	switch {
+	case r.PromptTokens > 0:
+		return r.PromptTokens
+	case len(r.Tokens) > 0:
+		return len(r.Tokens)
+	case tok != nil:
+		return tok.Count(requestText(r))
+	}
+	return 0
+}
+
+// requestText is the text the server would tokenise: the completions prompt
+// or the chat messages' contents joined.
+func requestText(r *workload.Request) string {
+	if r.Prompt != "" || len(r.Messages) == 0 {
+		return r.Prompt
+	}
+	parts := make([]string, len(r.Messages))
+	for i, m := range r.Messages {
+		parts[i] = m.Content
+	}
+	return strings.Join(parts, "\n")
+}

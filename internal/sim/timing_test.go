@@ -1,0 +1,84 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestTimingGolden pins the timing model: prefill and decode step times of
+// representative deployments. A change to the physics or the calibration
+// shows up here as a diff; regenerate with
+// go test ./internal/sim -run TestTimingGolden -update
+func TestTimingGolden(t *testing.T) {
+	cases := []Config{
+		{Model: "llama-3.1-8b", GPU: "h100-sxm"},
+		{Model: "llama-3.1-8b", GPU: "l4", Quantization: "fp8", KVCacheDtype: "fp8"},
+		{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4},
+		{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4, KVCacheDtype: "fp8", EnablePrefixCaching: true},
+		{Model: "llama-3-70b", GPU: "h100-sxm", TensorParallelSize: 4, Quantization: "fp8"},
+		{Model: "mixtral-8x7b", GPU: "h100-sxm", TensorParallelSize: 2},
+		{Model: "qwen2.5-72b", GPU: "mi300x"},
+		{Model: "llama-3.1-8b", GPU: "h100-sxm", Speculative: SpecConfig{NumSpeculativeTokens: 4, Acceptance: 0.8, DraftModel: "llama-2-7b"}},
+	}
+	var b strings.Builder
+	fmt.Fprintln(&b, "deployment | kv_blocks | prefill128 ms | prefill2048 ms | prefill2048@2048 ms | decode b1 c1k ms | decode b64 c2k ms | decode b256 c2k ms")
+	for _, c := range cases {
+		d, err := Resolve(nil, c)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		ms := func(s StepBreakdown) string { return fmt.Sprintf("%.3f", s.Total*1e3) }
+		fmt.Fprintf(&b, "%s | %d | %s | %s | %s | %s | %s | %s\n", d.Name(), d.NumBlocks,
+			ms(d.PrefillTime(128, 0)), ms(d.PrefillTime(2048, 0)), ms(d.PrefillTime(2048, 2048)),
+			ms(d.DecodeTime(1, 1024)), ms(d.DecodeTime(64, 2048)), ms(d.DecodeTime(256, 2048)))
+	}
+	got := b.String()
+	path := filepath.Join("testdata", "timing.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if got != string(want) {
+		t.Errorf("timing model changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// TestTimingMonotone: more work never takes less time (property, fixed grid).
+func TestTimingMonotone(t *testing.T) {
+	for _, c := range []Config{{Model: "llama-3.1-8b", GPU: "h100-sxm"}, {Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4}, {Model: "mixtral-8x7b", GPU: "h100-sxm", TensorParallelSize: 2}} {
+		d, err := Resolve(nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := 0.0
+		for n := 1; n <= 8192; n *= 2 {
+			if p := d.PrefillTime(n, 0).Total; p < prev {
+				t.Errorf("%s: prefill of %d tokens %.4fs < prefill of %d %.4fs", d.Name(), n, p, n/2, prev)
+			} else {
+				prev = p
+			}
+		}
+		prev = 0
+		for b := 1; b <= 512; b *= 2 {
+			if p := d.DecodeTime(b, 1024).Total; p < prev {
+				t.Errorf("%s: decode batch %d faster than batch %d", d.Name(), b, b/2)
+			} else {
+				prev = p
+			}
+		}
+		if d.DecodeTime(8, 4096).Total < d.DecodeTime(8, 512).Total {
+			t.Errorf("%s: longer context decodes faster", d.Name())
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/bench"
+	"github.com/ttft-dev/ttft/internal/gateway"
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/wire"
+	"github.com/ttft-dev/ttft/internal/workload"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// startSim starts one simulated vLLM replica on a loopback port.
+func startSim(t *testing.T, ctx context.Context) *sim.Server {
+	t.Helper()
+	cfg := sim.DefaultServerConfig()
+	cfg.Addr = "127.0.0.1:0"
+	s, err := sim.StartServer(ctx, cfg)
+	if err != nil {
+		t.Fatalf("starting the simulator: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startGateway routes to the given backends, serving on a loopback port.
+func startGateway(t *testing.T, ctx context.Context, tp trace.TracerProvider, backends ...string) string {
+	t.Helper()
+	cfg, err := gateway.FromBackendURLs(backends)
+	if err != nil {
+		t.Fatalf("gateway config: %v", err)
+	}
+	g, err := gateway.New(*cfg, gateway.Options{TracerProvider: tp, Seed: 1})
+	if err != nil {
+		t.Fatalf("starting the gateway: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); g.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+		g.Close()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// runBench sends n chat requests at concurrency c through the real runner.
+func runBench(t *testing.T, ctx context.Context, target, model string, n, c int, client *http.Client, obs ...bench.Observer) []record.Record {
+	t.Helper()
+	src, err := workload.NewFixed(workload.FixedOptions{PromptTokens: 200, MaxTokens: 12, MinTokens: 12, Chat: true, Seed: 1, Requests: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bench.New(bench.Options{
+		API: wire.OpenAIChat, BaseURL: target, Request: wire.RequestOptions{Model: model},
+		Concurrency: c, Requests: n, Timeout: 30 * time.Second, Target: target,
+		Observers: obs, Client: client, RunID: "it",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	res, err := r.Run(rctx, src)
+	if err != nil {
+		t.Fatalf("bench run: %v", err)
+	}
+	var ok []record.Record
+	for _, rec := range res.Records {
+		if rec.OK() && !rec.Warmup {
+			ok = append(ok, rec)
+		} else if !rec.OK() {
+			t.Errorf("request %d failed: %s %s", rec.Index, rec.ErrorClass, rec.Error)
+		}
+	}
+	if len(ok) != n {
+		t.Fatalf("%d of %d requests succeeded", len(ok), n)
+	}
+	return ok
+}
+
+// quantileTTFT is the nearest-rank q-quantile of the records' TTFT in seconds.
+func quantileTTFT(recs []record.Record, q float64) float64 {
+	xs := make([]float64, len(recs))
+	for i, r := range recs {
+		xs[i] = r.TTFTMs / 1e3
+	}
+	slices.Sort(xs)
+	k := int(q*float64(len(xs))+0.999999) - 1
+	return xs[max(0, min(k, len(xs)-1))]
+}
+
+// process runs a binary until the test ends, keeping its output for failures.
+type process struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+}
+
+func startProcess(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), out: &bytes.Buffer{}}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { p.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			p.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s output (tail):\n%s", filepath.Base(bin), tail(p.out.String(), 3000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// waitHTTP polls url until it answers 200, for at most d.
+func waitHTTP(t *testing.T, url string, d time.Duration, p *process) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p != nil && p.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out := ""
+	if p != nil {
+		out = tail(p.out.String(), 3000)
+	}
+	t.Fatalf("%s not ready after %s\n%s", url, d, out)
+}
+
+// promResult is the data part of a Prometheus /api/v1/query answer.
+type promResult struct {
+	ResultType string `json:"resultType"`
+	Result     []struct {
+		Metric map[string]string `json:"metric"`
+		Value  [2]any            `json:"value"`
+	} `json:"result"`
+}
+
+// promQuery runs an instant query; a parse or execution error is returned
+// with Prometheus's own message.
+func promQuery(base, q string) (*promResult, error) {
+	resp, err := http.PostForm(base+"/api/v1/query", url.Values{"query": {q}})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("decoding %q: %w", tail(string(body), 300), err)
+	}
+	if env.Status != "success" {
+		return nil, fmt.Errorf("%s", env.Error)
+	}
+	var r promResult
+	if err := json.Unmarshal(env.Data, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// scalar is the single sample's value of a vector result.
+func (r *promResult) scalar() (float64, bool) {
+	if r == nil || len(r.Result) != 1 {
+		return 0, false
+	}
+	s, _ := r.Result[0].Value[1].(string)
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
+}
+
+func decodeJSON(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
+}

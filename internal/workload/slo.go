@@ -1,0 +1,141 @@
+package workload
+
+import (
+	"slices"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
+)
+
+// Evaluate judges a run against the scenario's SLOs and computes its goodput.
+//
+// Each verdict compares the summary's statistic (e.g. TTFT P95 over the
+// completed requests) with the limit; CI is the statistic's bootstrap 95%
+// interval from the summary, and the margin is limit - value (negative
+// fails). A run with no completed requests fails every SLO, with value 0.
+//
+// Goodput counts the measured (non-warm-up) requests that met every SLO
+// individually: TTFT, TPOT and end-to-end compare the request's own value
+// with each limit; ITL compares the request's own gap at the SLO's statistic
+// (its P95 gap for an ITL P95 objective). Failed requests never meet it, so
+// attainment = good / all measured requests, and goodput = good / the
+// measured window in seconds.
+func (s *Scenario) Evaluate(sum record.Summary, recs []record.Record) ([]record.SLOVerdict, record.Goodput) {
+	verdicts := make([]record.SLOVerdict, 0, len(s.SLOs))
+	for _, slo := range s.SLOs {
+		m := metricOf(sum, slo.Metric)
+		v := record.SLOVerdict{
+			Name: slo.Name(), Metric: slo.Metric, Statistic: slo.Statistic,
+			LimitMs: float64(slo.LimitMs),
+		}
+		if m.Count == 0 {
+			// No data: fail, with zero value and margin (JSON has no NaN).
+			verdicts = append(verdicts, v)
+			continue
+		}
+		v.ValueMs = statOf(m, slo.Statistic)
+		if ci, ok := m.CI95[slo.Statistic]; ok {
+			v.CI95 = ci
+		} else {
+			v.CI95 = [2]float64{v.ValueMs, v.ValueMs}
+		}
+		v.MarginMs = v.LimitMs - v.ValueMs
+		v.Pass = v.ValueMs <= v.LimitMs
+		verdicts = append(verdicts, v)
+	}
+
+	var total, good int
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup {
+			continue
+		}
+		total++
+		if r.OK() && s.meets(r) {
+			good++
+		}
+	}
+	var g record.Goodput
+	if total > 0 {
+		g.Attainment = float64(good) / float64(total)
+	}
+	if sum.DurationS > 0 {
+		g.RequestsPerS = float64(good) / sum.DurationS
+	}
+	return verdicts, g
+}
+
+// Passed reports whether every verdict passed.
+func Passed(vs []record.SLOVerdict) bool {
+	for _, v := range vs {
+		if !v.Pass {
+			return false
+		}
+	}
+	return true
+}
+
+// meets reports whether one completed request met every SLO on its own.
+func (s *Scenario) meets(r *record.Record) bool {
+	for _, slo := range s.SLOs {
+		lim := float64(slo.LimitMs)
+		var v float64
+		switch slo.Metric {
+		case "ttft":
+			v = r.TTFTMs
+		case "e2e":
+			v = r.E2EMs
+		case "tpot":
+			v = r.TPOTMs
+		case "itl":
+			if len(r.ITLMs) == 0 {
+				continue
+			}
+			xs := slices.Clone(r.ITLMs)
+			slices.Sort(xs)
+			if q := sloStats[slo.Statistic]; q < 0 {
+				var sum float64
+				for _, x := range xs {
+					sum += x
+				}
+				v = sum / float64(len(xs))
+			} else {
+				v = stats.Quantile(xs, q)
+			}
+		}
+		if v > lim {
+			return false
+		}
+	}
+	return true
+}
+
+func metricOf(sum record.Summary, metric string) record.Metric {
+	switch metric {
+	case "ttft":
+		return sum.TTFT
+	case "itl":
+		return sum.ITL
+	case "tpot":
+		return sum.TPOT
+	default:
+		return sum.E2E
+	}
+}
+
+func statOf(m record.Metric, stat string) float64 {
+	switch stat {
+	case "mean":
+		return m.Mean
+	case "p50":
+		return m.P50
+	case "p90":
+		return m.P90
+	case "p95":
+		return m.P95
+	case "p99":
+		return m.P99
+	default:
+		return m.P999
+	}
+}
