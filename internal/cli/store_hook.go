@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/store"
@@ -12,7 +13,7 @@ import (
 // are already on disk, so a failure here loses nothing.
 func storeRun(ctx context.Context, env *Env, dsn, dir string, man record.Manifest, sum record.Summary, recs []record.Record) (string, error) {
 	if dsn == "" {
-		dsn = store.DefaultDSN(env.getenv)
+		dsn = defaultDSN(env)
 	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
@@ -24,4 +25,14 @@ func storeRun(ctx context.Context, env *Env, dsn, dir string, man record.Manifes
 		labels[k] = v
 	}
 	return st.Save(ctx, store.RunInput{Manifest: man, Summary: sum, Records: recs, Source: man.Source, Labels: labels})
+}
+
+// defaultDSN is the results database when --db is not given: $TTFT_DB, else
+// ttft.db in the data directory (beside runs/), which never resolves to a
+// relative path even when HOME is unset.
+func defaultDSN(env *Env) string {
+	if v := env.getenv(store.EnvDB); v != "" {
+		return v
+	}
+	return filepath.Join(dataDir(env), "ttft.db")
 }
