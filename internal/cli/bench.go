@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/record"
@@ -49,10 +50,11 @@ type benchOptions struct {
 	NoStore       bool
 	Quiet         bool
 
-	load loadOptions
-	work workloadOptions
-	obs  observeOptions
-	args []string
+	load  loadOptions
+	work  workloadOptions
+	obs   observeOptions
+	args  []string
+	flags map[string]string
 }
 
 func newBenchCmd(env *Env) *cobra.Command {
@@ -77,6 +79,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.args = env.Args
+			o.flags = recordedFlags(cmd.Flags())
 			_, err := runBench(cmd.Context(), env, o)
 			return err
 		},
@@ -184,7 +187,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(),
 		Command: "bench", Args: redactArgs(o.args), Source: "bench", Target: tgt.label, API: string(api),
 		Model: tgt.model, Scenario: scenarioName, Host: hostInfo(), Started: time.Now(),
-		Labels: parseLabels(o.Labels), Server: tgt.server,
+		Labels: parseLabels(o.Labels), Server: tgt.server, Flags: o.flags,
 	}
 	if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
 		return record.Summary{}, err
@@ -471,6 +474,32 @@ func isSecretHeader(h string) bool {
 	k, _, _ := strings.Cut(strings.ToLower(h), ":")
 	k = strings.TrimSpace(k)
 	return k == "authorization" || k == "x-api-key" || k == "api-key" || strings.Contains(k, "token") || strings.Contains(k, "secret")
+}
+
+// recordedFlags lists the flags the user set, secrets redacted, for the
+// manifest.
+func recordedFlags(fs *pflag.FlagSet) map[string]string {
+	m := map[string]string{}
+	fs.Visit(func(f *pflag.Flag) {
+		v := f.Value.String()
+		switch f.Name {
+		case "api-key":
+			v = "REDACTED"
+		case "header":
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				hs := sv.GetSlice()
+				for i, h := range hs {
+					if isSecretHeader(h) {
+						k, _, _ := strings.Cut(h, ":")
+						hs[i] = k + ": REDACTED"
+					}
+				}
+				v = "[" + strings.Join(hs, ",") + "]"
+			}
+		}
+		m[f.Name] = v
+	})
+	return m
 }
 
 func hostInfo() record.Host {

@@ -188,6 +188,8 @@ func newSimRunCmd(env *Env) *cobra.Command {
 		out         string
 		seed        int64
 		textPrompts bool
+		db          string
+		noStore     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -240,7 +242,10 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				opt.Concurrency, opt.Rate, opt.NextGap, opt.MaxInFlight = 0, load.Rate, arr.Next, load.MaxConcurrency
 			}
 			var w *record.JSONLWriter
-			if out != "" {
+			if out == "" {
+				out = filepath.Join(dataDir(env), "runs", newRunID(time.Now()))
+			}
+			{
 				if err := os.MkdirAll(out, 0o755); err != nil {
 					return usageErr("--out: %v", err)
 				}
@@ -268,6 +273,10 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			}
 			target := "sim://" + d.Name()
 			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed})
+			if scen != nil {
+				verdicts, goodput := scen.Evaluate(sum, recs)
+				sum.SLO, sum.Goodput = verdicts, &goodput
+			}
 			sum.Warnings = append(sum.Warnings, fmt.Sprintf("simulated: %s of virtual time in %s of CPU wall time, %d engine steps, %d preemptions, prefix-cache hit rate %.1f%%",
 				st.Virtual.Round(time.Millisecond), elapsed.Round(time.Millisecond), st.Steps, st.Engine.Preemptions, 100*hitRate(st.Engine)))
 			if out != "" {
@@ -287,8 +296,18 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
 					return failErr("%v", err)
 				}
+				if !noStore {
+					if id, err := storeRun(cmd.Context(), env, db, out, man, sum, recs); err != nil {
+						fmt.Fprintf(env.Stderr, "ttft sim run: warning: results are in %s but not in the results database: %v\n", out, err)
+					} else {
+						fmt.Fprintf(env.Stderr, "ttft sim run: results in %s, stored as run %s\n", out, id)
+					}
+				}
 			}
 			printSimSummary(env, d, sum)
+			if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
+				return failErr("scenario %s: SLO not met", scenario)
+			}
 			return nil
 		},
 	}
@@ -296,7 +315,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 	dep.add(fs)
 	addWorkloadFlags(fs, &wl)
 	addLoadFlags(fs, &load)
-	fs.StringVar(&out, "out", "", "directory for requests.jsonl, summary.json and manifest.json")
+	fs.StringVar(&out, "out", "", "directory for requests.jsonl, summary.json and manifest.json (default: a new directory under the ttft data directory)")
+	fs.StringVar(&db, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
+	fs.BoolVar(&noStore, "no-store", false, "do not record the run in the results database")
 	fs.Int64Var(&seed, "load-seed", 1, "seed for arrivals and the bootstrap")
 	fs.BoolVar(&textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
 	return cmd

@@ -118,6 +118,12 @@ func WriteJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	// CreateTemp makes 0600 files; results are meant to be shared.
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())

@@ -120,8 +120,17 @@ func drawChart(cv canvas, ch *Chart) {
 			for j, p := range s.Points {
 				pts[j] = [2]float64{px(p[0]), py(p[1])}
 			}
-			if ch.Kind != "pareto" || i > 0 {
+			switch {
+			case ch.Kind != "pareto":
 				cv.polyline(pts, c, 2)
+			case i > 0 && len(pts) > 0:
+				// The front as a staircase: what is attainable at each cost
+				// is the best latency of any cheaper configuration.
+				stairs := [][2]float64{pts[0]}
+				for j := 1; j < len(pts); j++ {
+					stairs = append(stairs, [2]float64{pts[j][0], pts[j-1][1]}, pts[j])
+				}
+				cv.polyline(stairs, c, 2)
 			}
 			if s.Markers {
 				for j, p := range pts {

@@ -125,3 +125,23 @@ func TestParseFleet(t *testing.T) {
 		t.Fatalf("fleet URLs %v", servers)
 	}
 }
+
+func TestWeightOnlyQuantization(t *testing.T) {
+	// Llama-3-70B does not fit on one A100-80GB in 16-bit, does in AWQ.
+	if _, err := Resolve(nil, Config{Model: "llama-3-70b", GPU: "a100-80gb"}); err == nil {
+		t.Fatal("16-bit 70B accepted on one 80 GB GPU")
+	}
+	d, err := Resolve(nil, Config{Model: "llama-3-70b", GPU: "a100-80gb", Quantization: "awq", MaxModelLen: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ComputeDtype != "bf16" || d.WeightGBGPU < 36 || d.WeightGBGPU > 37 {
+		t.Errorf("awq: compute %s, %.1f GB of weights; want bf16 math and ≈ 36.4 GB", d.ComputeDtype, d.WeightGBGPU)
+	}
+	// Weight-only int8 decodes faster than 16-bit (fewer bytes), same math.
+	a, _ := Resolve(nil, Config{Model: "llama-3.1-8b", GPU: "a100-80gb"})
+	b, _ := Resolve(nil, Config{Model: "llama-3.1-8b", GPU: "a100-80gb", Quantization: "int8"})
+	if b.DecodeTime(1, 512).Total >= a.DecodeTime(1, 512).Total {
+		t.Error("int8 weights do not speed up a memory-bound decode")
+	}
+}
