@@ -197,6 +197,9 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 	jobs := make(chan *workload.Request)
 	var wg sync.WaitGroup
 	start := r.now()
+	if c, ok := src.(workload.ClockedSource); ok {
+		c.SetOrigin(start) // session think times and At offsets count from here
+	}
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -262,6 +265,9 @@ func (r *Runner) openLoop(ctx context.Context, src workload.Source) error {
 	}
 	var wg sync.WaitGroup
 	start := r.now()
+	if c, ok := src.(workload.ClockedSource); ok {
+		c.SetOrigin(start)
+	}
 	next := start
 	idx := r.opt.Warmup
 	for sent := 0; r.opt.Requests <= 0 || sent < r.opt.Requests; sent++ {

@@ -253,6 +253,9 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	var werr []error
 	werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
 	werr = append(werr, record.WriteJSON(filepath.Join(out, "manifest.json"), man))
+	if drift := workload.TurnDrift(res.Records); len(drift) > 0 {
+		werr = append(werr, record.WriteJSON(filepath.Join(out, "turns.json"), drift))
+	}
 	if o.Format == "vllm" {
 		werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.vllm.json"), vllmSummary(sum, res.Records, tgt, o)))
 	}
@@ -268,6 +271,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 	}
 	printSummary(env.Stdout, &sum, &man, out)
+	workload.PrintTurnDrift(env.Stdout, workload.TurnDrift(res.Records))
 	if runErr != nil {
 		return sum, fmt.Errorf("run stopped early: %w", runErr)
 	}

@@ -256,6 +256,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			}
 			var recs []record.Record
 			wall := time.Now()
+			if c, ok := src.(workload.ClockedSource); ok {
+				c.SetOrigin(opt.Start) // session think times count from the virtual start
+			}
 			st, err := sim.Run(cmd.Context(), d, src, opt, func(r *record.Record) error {
 				recs = append(recs, *r)
 				if w != nil {
@@ -305,6 +308,12 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				}
 			}
 			printSimSummary(env, d, sum)
+			if drift := workload.TurnDrift(recs); len(drift) > 0 {
+				workload.PrintTurnDrift(env.Stdout, drift)
+				if err := record.WriteJSON(filepath.Join(out, "turns.json"), drift); err != nil {
+					return failErr("%v", err)
+				}
+			}
 			if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
 				return failErr("scenario %s: SLO not met", scenario)
 			}

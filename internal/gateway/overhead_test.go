@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,6 +274,13 @@ func TestOverhead(t *testing.T) {
 	}
 	targets := []struct{ name, url string }{{"direct", backend}, {"gateway", gw}}
 	pids := map[string]int{"gateway": gwPid}
+	if gwPid > 0 {
+		// A bare net/http reverse proxy in its own process: how much of the
+		// gateway's cost is Go's HTTP stack rather than routing.
+		rp, pid := startReverseProxyProcess(t, backend)
+		targets = append(targets, struct{ name, url string }{"go-reverseproxy", rp})
+		pids["go-reverseproxy"] = pid
+	}
 	if ng, pid := startNginxPid(t, backend); ng != "" {
 		targets = append(targets, struct{ name, url string }{"nginx", ng})
 		pids["nginx"] = pid
@@ -364,6 +373,50 @@ func startGatewayProcess(t *testing.T, bin, backend, policy string) (string, int
 		}
 		if i > 100 {
 			t.Fatalf("gateway process did not start: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestHelperReverseProxy is not a test: startReverseProxyProcess re-runs
+// the test binary with it to serve a plain httputil.ReverseProxy.
+func TestHelperReverseProxy(t *testing.T) {
+	backend, addr := os.Getenv("TTFT_HELPER_RP_BACKEND"), os.Getenv("TTFT_HELPER_RP_ADDR")
+	if backend == "" || addr == "" {
+		t.Skip("helper process only")
+	}
+	u, err := url.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1 // flush every write, as a streaming proxy must
+	rp.Transport = &http.Transport{Proxy: nil, MaxIdleConns: 4096, MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	http.ListenAndServe(addr, rp)
+}
+
+func startReverseProxyProcess(t *testing.T, backend string) (string, int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReverseProxy$")
+	cmd.Env = append(os.Environ(), "TTFT_HELPER_RP_BACKEND="+backend, "TTFT_HELPER_RP_ADDR="+addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return "http://" + addr, cmd.Process.Pid
+		}
+		if i > 100 {
+			t.Fatalf("reverse proxy helper did not start: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -66,6 +66,14 @@ type EngineProfile struct {
 	SeqOverheadUs         float64 `yaml:"seq_overhead_us" json:"seq_overhead_us"`
 	TokenOverheadUs       float64 `yaml:"token_overhead_us" json:"token_overhead_us"`
 	APIOverheadMs         float64 `yaml:"api_overhead_ms" json:"api_overhead_ms"`
+	// APIInflightMs is the front end's contention cost: extra delay before a
+	// new request reaches the engine for every other request the API server
+	// is already handling. vLLM's API server is one Python event loop that
+	// tokenises, detokenises and streams every token of every request; a
+	// new request's path through it (parse, chat template, tokenise, hand
+	// off, first chunk) waits behind all of that work, so its delay grows
+	// linearly with the requests in flight (docs/simulator-validation.md).
+	APIInflightMs float64 `yaml:"api_inflight_ms,omitempty" json:"api_inflight_ms,omitempty"`
 	AllReduceLatencyUs    float64 `yaml:"allreduce_latency_us" json:"allreduce_latency_us"`
 	LinkEff               float64 `yaml:"link_eff" json:"link_eff"`
 	ReserveGB             float64 `yaml:"reserve_gb" json:"reserve_gb"`

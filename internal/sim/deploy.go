@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 )
 
 // Config describes one simulated deployment (one replica). Field names follow
@@ -370,6 +371,15 @@ func (d *Deployment) PrefillTime(n, c int) StepBreakdown {
 // DecodeTime is one decode step of b sequences of context ctx each.
 func (d *Deployment) DecodeTime(b, ctx int) StepBreakdown {
 	return d.stepTime(stepLoad{tokens: b, seqs: b, attn: float64(b) * float64(ctx), ctxRead: float64(b) * float64(ctx), decodes: b, draftCtx: float64(b * ctx)})
+}
+
+// APIDelay is the time between a request reaching the API server and the
+// engine seeing it when others requests are already in flight there: the
+// profile's fixed api_overhead_ms plus api_inflight_ms per other request.
+// Both the live server and the offline runner use it, so they agree.
+func (d *Deployment) APIDelay(others int) time.Duration {
+	ms := d.Profile.APIOverheadMs + float64(max(0, others))*d.Profile.APIInflightMs
+	return time.Duration(ms * 1e6)
 }
 
 // String is Name, for fmt.
