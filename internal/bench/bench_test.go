@@ -58,6 +58,24 @@ func BenchmarkClientPerRequest(b *testing.B) {
 	r.recs = nil
 }
 
+// BenchmarkClientPerRequestOneToken isolates the per-request cost: the
+// same exchange with a single token event.
+func BenchmarkClientPerRequestOneToken(b *testing.B) {
+	r, err := New(Options{API: wire.OpenAIChat, BaseURL: "http://127.0.0.1:1", Request: wire.RequestOptions{Model: "m", Temperature: 0.7},
+		Client: &http.Client{Transport: cannedTransport{cannedStream(1)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &workload.Request{Messages: []workload.Message{{Role: "user", Content: strings.Repeat("word ", 128)}}, MaxTokens: 1, PromptTokens: 128}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		r.do(ctx, req, time.Time{})
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/request")
+	r.recs = nil
+}
+
 // BenchmarkLoopbackStream runs whole requests against the in-process timing
 // server over loopback: client and server CPU together, an upper bound.
 func BenchmarkLoopbackStream(b *testing.B) {

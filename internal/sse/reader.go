@@ -79,7 +79,9 @@ func NewReader(src io.Reader, opt Options) *Reader {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
-	return &Reader{src: src, opt: opt, buf: make([]byte, 32<<10), retry: -1}
+	// Start small: most events are a few hundred bytes, and a stream per
+	// request makes this allocation per request; the buffer grows on demand.
+	return &Reader{src: src, opt: opt, buf: make([]byte, 4<<10), retry: -1}
 }
 
 // Next returns the next event, io.EOF at a clean end of stream, or

@@ -178,6 +178,7 @@ func BenchmarkDecodeChatChunkSlowPath(b *testing.B) {
 	var c Chunk
 	b.ReportAllocs()
 	for b.Loop() {
+		c = Chunk{}
 		decodeSlow(d, data, &c)
 	}
 }
