@@ -226,3 +226,15 @@ func TestRedactArgs(t *testing.T) {
 		t.Errorf("harmless header redacted: %s", b)
 	}
 }
+
+func TestBenchSelfCheck(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "bench", "--self-check", "-c", "20", "-n", "40")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"accuracy at 20 concurrent streams, 40 requests (0 failed)", "added TTFT error", "token events/s"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("self-check output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
