@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
+)
+
+func TestGatewayValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("backends:\n  - name: a\n    url: http://127.0.0.1:8001\n    models: [m]\n"), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("backends:\n  - name: a\n    url: http://127.0.0.1:8001\n    models: [m]\n  - name: b\n    url: not a url\n"), 0o644)
+	if code, out, errs := runCLI(t, "gateway", "validate", good); code != 0 || !strings.Contains(out, "ok (1 backends") {
+		t.Fatalf("good config: exit %d %s %s", code, out, errs)
+	}
+	code, _, errs := runCLI(t, "gateway", "validate", bad)
+	if code != ExitUsage || !strings.Contains(errs, "bad.yaml:6") || !strings.Contains(errs, "backends[1].url") {
+		t.Fatalf("bad config: exit %d, stderr %q; want file:line and field", code, errs)
+	}
+}
+
+// TestBenchThroughGateway runs the whole chain over real sockets: ttft bench
+// → ttft gateway → two simulator replicas.
+func TestBenchThroughGateway(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := sim.DefaultServerConfig()
+	fleet, err := sim.StartFleet(ctx, []sim.ServerConfig{cfg, cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	var gwOut, gwErr bytes.Buffer
+	gwDone := make(chan int, 1)
+	go func() {
+		gwDone <- Main(ctx, Env{Args: []string{"gateway", "--listen", addr, "--backend", fleet[0].URL(), "--backend", fleet[1].URL(), "--no-access-log"},
+			Stdout: &gwOut, Stderr: &gwErr, Getenv: func(string) string { return "" }})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/v1/models")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not come up: %v\n%s", err, gwErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--target", "http://"+addr, "--model", fleet[0].ModelName(), "-c", "4", "-n", "16",
+		"--max-tokens", "16", "--out", out, "--no-progress", "--no-store")
+	if code != 0 {
+		t.Fatalf("bench through the gateway: exit %d\n%s\n%s\ngateway: %s", code, stdout, stderr, gwErr.String())
+	}
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 16 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		if !r.OK() || r.OutputEvents != 16 || r.OutputTokensUsage != 16 {
+			t.Fatalf("record %d: %s %s events %d usage %d", r.Index, r.ErrorClass, r.Error, r.OutputEvents, r.OutputTokensUsage)
+		}
+	}
+	cancel()
+	select {
+	case <-gwDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway did not stop on cancel")
+	}
+}
