@@ -405,6 +405,22 @@ func newSimValidateCmd(env *Env) *cobra.Command {
 				fmt.Fprintf(env.Stdout, "| %s | %s | %s | %s | %d | %s | %d | %.0f | %.1f | %+.1f%% |\n", r.Source, r.Engine, r.Model, r.GPU, r.TP, dt, r.Prompt, r.TTFTMs, r.PredMs, r.ErrPct)
 			}
 			fmt.Fprintf(env.Stdout, "\nmedian |error| %.1f%% over %d rows\n", sim.MedianAbsErr(rows), len(rows))
+
+			// Loaded queues: closed-loop concurrency sweeps run through the
+			// offline runner (engine + API-server contention model).
+			loaded, err := sim.ValidateLoaded(cmd.Context(), cat, sim.LoadedSet)
+			if err != nil {
+				return failErr("%v", err)
+			}
+			fmt.Fprintln(env.Stdout, "\nLoaded (median TTFT under concurrency):")
+			fmt.Fprintln(env.Stdout, "| source | split | profile | model | GPU | prompt/output | C | measured P50 ms | predicted ms | error |")
+			fmt.Fprintln(env.Stdout, "|---|---|---|---|---|---|---|---|---|---|")
+			for _, r := range loaded {
+				fmt.Fprintf(env.Stdout, "| %s | %s | %s | %s | %s | %d/%d | %d | %.1f | %.1f | %+.1f%% |\n", r.Source, r.Split, r.Engine, r.Model, r.GPU, r.Prompt, r.Output, r.Concurrency, r.TTFTP50Ms, r.PredMs, r.ErrPct)
+			}
+			cal, nc := sim.LoadedMedianAbsErr(loaded, "calibration")
+			held, nh := sim.LoadedMedianAbsErr(loaded, "held-out")
+			fmt.Fprintf(env.Stdout, "\nmedian |error| %.1f%% over %d calibration rows, %.1f%% over %d held-out rows\n", cal, nc, held, nh)
 			return nil
 		},
 	}

@@ -73,10 +73,10 @@ type EngineProfile struct {
 	// new request's path through it (parse, chat template, tokenise, hand
 	// off, first chunk) waits behind all of that work, so its delay grows
 	// linearly with the requests in flight (docs/simulator-validation.md).
-	APIInflightMs float64 `yaml:"api_inflight_ms,omitempty" json:"api_inflight_ms,omitempty"`
-	AllReduceLatencyUs    float64 `yaml:"allreduce_latency_us" json:"allreduce_latency_us"`
-	LinkEff               float64 `yaml:"link_eff" json:"link_eff"`
-	ReserveGB             float64 `yaml:"reserve_gb" json:"reserve_gb"`
+	APIInflightMs      float64 `yaml:"api_inflight_ms,omitempty" json:"api_inflight_ms,omitempty"`
+	AllReduceLatencyUs float64 `yaml:"allreduce_latency_us" json:"allreduce_latency_us"`
+	LinkEff            float64 `yaml:"link_eff" json:"link_eff"`
+	ReserveGB          float64 `yaml:"reserve_gb" json:"reserve_gb"`
 }
 
 // Catalog is the set of known models, GPUs and engine profiles.
@@ -185,6 +185,9 @@ func (c *Catalog) LoadFile(path string) error {
 	for i, e := range part.Engines {
 		if e.Name == "" {
 			return fmt.Errorf("catalog %s: engines[%d]: name is required", path, i)
+		}
+		if e.APIOverheadMs < 0 || e.APIInflightMs < 0 {
+			return fmt.Errorf("catalog %s: engines[%d] (%s): api_overhead_ms and api_inflight_ms must not be negative", path, i, e.Name)
 		}
 	}
 	c.Merge(&part)

@@ -256,3 +256,50 @@ func BenchmarkEmissionLag(b *testing.B) {
 }
 
 func randFor(i int) *rand.Rand { return rand.New(rand.NewPCG(uint64(i), 7)) }
+
+// TestLiveAPIContention: the live server applies the API server's
+// contention delay (api_inflight_ms per other request in flight) as the
+// offline runner does. Four requests sent together to an idle engine reach
+// it 0, 1, 2 and 3 × 40 ms late, so their TTFTs spread by ≈ 120 ms; without
+// the factor they would share one prefill step.
+func TestLiveAPIContention(t *testing.T) {
+	cat := DefaultCatalog()
+	p, err := cat.Engine("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.APIOverheadMs, p.APIInflightMs = 0, 40
+	s, err := StartServer(context.Background(), ServerConfig{Catalog: cat, Config: Config{Model: "qwen2.5-0.5b", GPU: "h100-sxm", MaxModelLen: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const n = 4
+	ttfts := make([]float64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// 400 output tokens keep every request in flight while the
+			// others arrive.
+			d, _, err := streamTTFT(ctx, s.URL(), s.ModelName(), fmt.Sprintf("request %d: tell me a story", i), 400)
+			ttfts[i], errs[i] = float64(d)/1e6, err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(ttfts)
+	spread := ttfts[n-1] - ttfts[0]
+	t.Logf("TTFTs %v ms, spread %.1f ms (want ≈ 120)", ttfts, spread)
+	if spread < 90 || spread > 200 {
+		t.Errorf("TTFT spread %.1f ms for 4 simultaneous requests with api_inflight_ms 40, want 90–200 ms", spread)
+	}
+}

@@ -86,7 +86,6 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 	}
 	fb, _ := src.(workload.FeedbackSource)
 	eng := NewEngine(d)
-	api := time.Duration(d.Profile.APIOverheadMs * 1e6)
 
 	var (
 		now, stepEnd time.Duration
@@ -236,7 +235,8 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 				}
 				continue
 			}
-			admitQ.push(now+api, o)
+			// inflight already counts o: the others are inflight−1.
+			admitQ.push(now+d.APIDelay(inflight-1), o)
 			continue
 		}
 		// Admissions (after the API overhead) due now.
@@ -373,8 +373,9 @@ func (o *offlineReq) deliver(em Emit, now time.Duration, start time.Time) {
 }
 
 // admitQueue holds requests between their send time and the moment the
-// engine sees them (after the API overhead); times are non-decreasing for a
-// constant overhead, so a FIFO suffices.
+// engine sees them (after the API delay), ordered by that moment. The delay
+// grows with the requests in flight, so a later send can be admitted
+// earlier; push inserts in order (from the back: almost always an append).
 type admitQueue struct {
 	t    []time.Duration
 	o    []*offlineReq
@@ -383,8 +384,15 @@ type admitQueue struct {
 
 func (q *admitQueue) len() int { return len(q.t) - q.head }
 func (q *admitQueue) push(t time.Duration, o *offlineReq) {
-	q.t = append(q.t, t)
-	q.o = append(q.o, o)
+	i := len(q.t)
+	for i > q.head && q.t[i-1] > t {
+		i--
+	}
+	q.t = append(q.t, 0)
+	q.o = append(q.o, nil)
+	copy(q.t[i+1:], q.t[i:])
+	copy(q.o[i+1:], q.o[i:])
+	q.t[i], q.o[i] = t, o
 }
 func (q *admitQueue) peek() (time.Duration, bool) {
 	if q.head == len(q.t) {

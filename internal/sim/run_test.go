@@ -3,6 +3,10 @@ package sim
 import (
 	"context"
 	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,5 +125,56 @@ func TestRunDeterministicAndConserving(t *testing.T) {
 	}
 	if warm != 10 {
 		t.Errorf("%d warm-up records, want 10", warm)
+	}
+}
+
+// TestAdmitQueueOrdered: admissions come out in time order whatever order
+// they were pushed in (the API delay grows with the requests in flight, so
+// a later send can be due earlier), and equal times keep push order.
+func TestAdmitQueueOrdered(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 50 {
+		var q admitQueue
+		var want []time.Duration
+		popped := 0
+		for i := range 200 {
+			d := time.Duration(rng.IntN(20)) * time.Millisecond
+			q.push(d, &offlineReq{index: i})
+			want = append(want, d)
+			if rng.IntN(4) == 0 { // interleave pops, as the runner does
+				q.pop()
+				popped++
+			}
+		}
+		var got []time.Duration
+		prevIdx := map[time.Duration]int{}
+		for q.len() > 0 {
+			tm, _ := q.peek()
+			o := q.pop()
+			if len(got) > 0 && tm < got[len(got)-1] {
+				t.Fatalf("trial %d: admission at %v after %v", trial, tm, got[len(got)-1])
+			}
+			if p, ok := prevIdx[tm]; ok && o.index < p {
+				t.Fatalf("trial %d: equal times out of push order (%d after %d)", trial, o.index, p)
+			}
+			prevIdx[tm] = o.index
+			got = append(got, tm)
+		}
+		if len(got)+popped != len(want) {
+			t.Fatalf("trial %d: %d admitted + %d popped, pushed %d", trial, len(got), popped, len(want))
+		}
+	}
+}
+
+// TestCatalogRejectsNegativeAPIFactors: a user profile with a negative
+// front-end factor is refused with the file and the field named.
+func TestCatalogRejectsNegativeAPIFactors(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(p, []byte("engines:\n  - {name: slowhost, api_overhead_ms: 20, api_inflight_ms: -1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := DefaultCatalog().LoadFile(p)
+	if err == nil || !strings.Contains(err.Error(), "api_inflight_ms") || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Fatalf("LoadFile: %v, want an error naming bad.yaml and api_inflight_ms", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,9 @@ type Server struct {
 	metrics *serverMetrics
 	ids     atomic.Uint64
 	lag     lagHist
-	api     time.Duration
+	// inflight counts generate requests being handled, for the API
+	// server's contention delay (Deployment.APIDelay).
+	inflight atomic.Int64
 
 	faultMu  sync.Mutex
 	faultRng *rand.Rand
@@ -128,7 +131,6 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		in:       make(chan *liveReq, 4096),
 		aborts:   make(chan *Seq, 4096),
 		metrics:  newServerMetrics(name, "0"),
-		api:      time.Duration(d.Profile.APIOverheadMs * 1e6),
 		faultRng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661756c74)),
 		cancel:   cancel,
 		done:     make(chan struct{}),
@@ -186,7 +188,15 @@ func (s *Server) loop(ctx context.Context) {
 	var stepEnd, lastEnd time.Duration
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	take := func(r *liveReq) { q = append(q, r) }
+	// take keeps q ordered by ready time: the API delay grows with the
+	// requests in flight, so a later arrival can be ready earlier.
+	take := func(r *liveReq) {
+		i := len(q)
+		for i > 0 && q[i-1].ready > r.ready {
+			i--
+		}
+		q = slices.Insert(q, i, r)
+	}
 	drain := func() {
 		for {
 			select {
@@ -467,6 +477,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 	received := s.since()
+	others := int(s.inflight.Add(1) - 1)
+	defer s.inflight.Add(-1)
 	ctx := r.Context()
 	if !s.ready() {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the simulated engine is still starting")
@@ -569,7 +581,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	st := &stream{notify: make(chan struct{}, 1), received: received}
 	seq.Tag = st
 	select {
-	case s.in <- &liveReq{seq: seq, ready: received + s.api, st: st}:
+	case s.in <- &liveReq{seq: seq, ready: received + s.d.APIDelay(others), st: st}:
 	case <-ctx.Done():
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"time"
 )
 
 // Measurement is one published TTFT figure the simulator is checked against.
@@ -74,7 +73,7 @@ func Validate(cat *Catalog, set []Measurement) ([]ValidationRow, error) {
 // token) through the engine and returns their mean TTFT in ms.
 func predictTTFT(d *Deployment, prompt, batch int) (float64, error) {
 	e := NewEngine(d)
-	api := time.Duration(d.Profile.APIOverheadMs * 1e6)
+	api := d.APIDelay(0)
 	seqs := make([]*Seq, batch)
 	for i := range seqs {
 		s, err := e.NewSeq(prompt, 1, nil)
