@@ -57,7 +57,7 @@ func NewDecoder(api API) Decoder {
 
 var doneMarker = []byte("[DONE]")
 
-type openAIDecoder struct{ usage Usage }
+type openAIDecoder struct{ model string }
 
 // openAIChunk covers chat.completion.chunk and text_completion chunks as
 // sent by OpenAI, vLLM, SGLang, TGI, llama.cpp and Ollama, plus the error
@@ -109,7 +109,7 @@ func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if fastOpenAI(data, c) {
+	if fastOpenAI(data, c, d) {
 		return nil
 	}
 	*c = Chunk{}

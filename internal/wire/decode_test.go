@@ -154,7 +154,7 @@ func FuzzFastPathAgrees(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast Chunk
-		if !fastOpenAI(data, &fast) {
+		if !fastOpenAI(data, &fast, &openAIDecoder{}) {
 			return
 		}
 		var ch openAIChunk

@@ -7,7 +7,7 @@ package wire
 // tool calls, usage, errors, timings — which the encoding/json path then
 // handles. A fuzz test checks both paths agree whenever the fast one answers.
 
-func fastOpenAI(data []byte, c *Chunk) bool {
+func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
 	s := scanner{b: data}
 	if !s.consume('{') {
 		return false
@@ -29,17 +29,22 @@ func fastOpenAI(data []byte, c *Chunk) bool {
 			}
 			seenChoices = true
 		case "model":
-			m, ok := s.plainString()
+			// Every chunk repeats the model name: reuse the last string
+			// rather than allocating one per token.
+			m, ok := s.key()
 			if !ok {
 				return false
 			}
-			c.Model = m
+			if string(m) != d.model {
+				d.model = string(m)
+			}
+			c.Model = d.model
 		case "usage", "error", "object", "timings", "message":
 			// "object" is usually "chat.completion.chunk"; vLLM's error
 			// objects use it too, so let the full decoder look.
 			if string(key) == "object" {
-				v, ok := s.plainString()
-				if !ok || v == "error" {
+				v, ok := s.key()
+				if !ok || string(v) == "error" {
 					return false
 				}
 				break
