@@ -24,6 +24,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
+	"github.com/ttft-dev/ttft/internal/telemetry"
 	"github.com/ttft-dev/ttft/internal/wire"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
@@ -206,6 +207,8 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes,
 		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
 		Sinks: []bench.Sink{jsonl}, Observers: observers,
+		// W3C trace context of each request's span goes to the server.
+		Client: &http.Client{Transport: telemetry.Transport(bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64)))},
 	})
 	if err != nil {
 		return record.Summary{}, usageErr("%v", err)
@@ -254,7 +257,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		verdicts, goodput := scenario.Evaluate(sum, res.Records)
 		sum.SLO, sum.Goodput = verdicts, &goodput
 	}
-	sum.Warnings = append(sum.Warnings, stopObs(post)...)
+	sum.ServerSide = stopObs(post)
 	man.Ended, man.Interrupted = time.Now(), res.Interrupted
 	var werr []error
 	werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
@@ -277,6 +280,12 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 	}
 	printSummary(env.Stdout, &sum, &man, out)
+	if len(sum.ServerSide) > 0 {
+		fmt.Fprintln(env.Stdout, "\nserver side:")
+		for _, l := range sum.ServerSide {
+			fmt.Fprintln(env.Stdout, "  "+l)
+		}
+	}
 	workload.PrintTurnDrift(env.Stdout, workload.TurnDrift(res.Records))
 	if runErr != nil {
 		return sum, fmt.Errorf("run stopped early: %w", runErr)

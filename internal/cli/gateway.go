@@ -85,7 +85,10 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			tp, shutdown, err := telemetry.SetupTracing(ctx, env.getenv, "ttft-gateway")
+			// Article §5: sample 10% normally, everything while P99 TTFT is
+			// above 1.2 s and errors above 0.5%; errors and SLO misses are
+			// always kept.
+			tp, sampler, shutdown, err := telemetry.SetupDynamicTracing(ctx, env.getenv, "ttft-gateway", 0.1, 1200*time.Millisecond, 0.005, 0)
 			if err != nil {
 				return usageErr("gateway: tracing: %v", err)
 			}
@@ -95,7 +98,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 				shutdown(sctx)
 			}()
 			log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
-			g, err := gateway.New(*cfg, gateway.Options{Logger: log, TracerProvider: tp, Getenv: env.getenv})
+			g, err := gateway.New(*cfg, gateway.Options{Logger: log, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe})
 			if err != nil {
 				return usageErr("gateway: %v", err)
 			}

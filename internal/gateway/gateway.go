@@ -42,6 +42,9 @@ type Options struct {
 	Transport http.RoundTripper
 	// Seed makes the scheduler's random choices reproducible (0: clock).
 	Seed uint64
+	// OnFinish, if set, hears every request's TTFT (0 when none) and
+	// whether it failed, e.g. to feed a dynamic trace sampler.
+	OnFinish func(ttft time.Duration, failed bool)
 }
 
 // Gateway is the routing reverse proxy. It implements http.Handler.

@@ -661,6 +661,9 @@ func (g *Gateway) finish(x *exchange) {
 		code = "canceled"
 	}
 	g.m.requests.WithLabelValues(backend, class, code).Inc()
+	if g.opts.OnFinish != nil && !x.canceled {
+		g.opts.OnFinish(x.ttft, x.status >= 500 || x.status == 0 || x.errMsg != "")
+	}
 	if x.status != 0 && x.status < 400 {
 		g.m.e2e.WithLabelValues(backend, class).Observe(e2e.Seconds())
 	}

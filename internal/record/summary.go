@@ -4,7 +4,7 @@ import "time"
 
 // SummarySchema versions summary.json. Bump the minor part for added fields,
 // the major part for renamed or removed ones.
-const SummarySchema = "ttft.summary/v1.0"
+const SummarySchema = "ttft.summary/v1.1"
 
 // Metric is the distribution of one latency (milliseconds) or count.
 type Metric struct {
@@ -101,7 +101,11 @@ type Summary struct {
 	ScheduleLag  Metric `json:"schedule_lag_ms"`
 	Connect      Metric `json:"connect_ms"`
 
-	SLO      []SLOVerdict `json:"slo,omitempty"`
-	Goodput  *Goodput     `json:"goodput,omitempty"`
-	Warnings []string     `json:"warnings,omitempty"`
+	SLO []SLOVerdict `json:"slo,omitempty"`
+	// ServerSide is what the target's own metrics said about the run
+	// (bench --scrape-metrics): TTFT split into queueing, prefill and the
+	// rest, prefix-cache and preemption deltas. Added in v1.1.
+	ServerSide []string `json:"server_side,omitempty"`
+	Goodput    *Goodput `json:"goodput,omitempty"`
+	Warnings   []string `json:"warnings,omitempty"`
 }

@@ -133,9 +133,10 @@ type process struct {
 	out *bytes.Buffer
 }
 
-func startProcess(t *testing.T, bin string, args ...string) *process {
+func startProcess(t *testing.T, bin string, env []string, args ...string) *process {
 	t.Helper()
 	p := &process{cmd: exec.Command(bin, args...), out: &bytes.Buffer{}}
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)

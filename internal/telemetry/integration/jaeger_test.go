@@ -146,7 +146,9 @@ func TestTracesReachJaeger(t *testing.T) {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, health, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j := startProcess(t, jaegerBin, "--config", cfg)
+	// OTEL_SDK_DISABLED keeps Jaeger from tracing itself to the default
+	// localhost:4317, which is not ours.
+	j := startProcess(t, jaegerBin, []string{"OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none"}, "--config", cfg)
 	query := "http://" + queryHTTP
 	waitHTTP(t, query+"/api/services", 90*time.Second, j)
 
@@ -176,9 +178,9 @@ func TestTracesReachJaeger(t *testing.T) {
 
 	// Untraced, healthy: dropped by the gateway's base ratio of 0.
 	// Untraced, failing (unknown model): kept by the tail processor.
-	post := func(model string) int {
+	post := func(base, model string) int {
 		body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, model)
-		resp, err := http.Post(gw+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewBufferString(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,12 +190,15 @@ func TestTracesReachJaeger(t *testing.T) {
 		return resp.StatusCode
 	}
 	for range 3 {
-		if code := post(model); code != http.StatusOK {
+		if code := post(gw, model); code != http.StatusOK {
 			t.Fatalf("plain request through the gateway: HTTP %d", code)
 		}
 	}
-	if code := post("no-such-model"); code < 400 {
-		t.Fatalf("request for an unknown model answered %d", code)
+	// A second gateway instance (same tracer provider, same service) whose
+	// only backend is a closed port: the request fails in the gateway itself.
+	deadGW := startGateway(t, ctx, gwTP, "dead=http://"+freeAddr(t))
+	if code := post(deadGW, "dead-model"); code < 500 {
+		t.Fatalf("request to a dead backend answered %d, want a 5xx", code)
 	}
 
 	for _, stop := range []func(context.Context) error{benchStop, gwStop} {
@@ -215,6 +220,7 @@ func TestTracesReachJaeger(t *testing.T) {
 		t.Fatalf("Jaeger has %d bench traces, want %d", len(benchTraces), len(recs))
 	}
 
+	t.Logf("Jaeger holds %d bench traces and %d gateway traces", len(benchTraces), len(gwTraces))
 	wantName := "chat " + model
 	for _, tr := range benchTraces {
 		var benchSpan, gwSpan *jaegerSpan
@@ -248,6 +254,10 @@ func TestTracesReachJaeger(t *testing.T) {
 		if !benchSpan.hasEvent(telemetry.EventFirstToken) {
 			t.Errorf("trace %s: bench span lacks the %s event", tr.TraceID, telemetry.EventFirstToken)
 		}
+		if tr.TraceID == benchTraces[0].TraceID {
+			t.Logf("trace %s: bench span %q (%d tags, %d events) → gateway span %q, child of %s",
+				tr.TraceID, benchSpan.OperationName, len(benchSpan.Tags), len(benchSpan.Logs), gwSpan.OperationName, benchSpan.SpanID)
+		}
 		if gwSpan.tag("span.kind") != "server" {
 			t.Errorf("trace %s: gateway span kind %v", tr.TraceID, gwSpan.tag("span.kind"))
 		}
@@ -274,7 +284,7 @@ func TestTracesReachJaeger(t *testing.T) {
 		}
 		t.Fatalf("%d gateway-only traces %v, want just the failed request's (healthy unsampled ones must be dropped)", len(alone), names)
 	}
-	if alone[0].tag("error") != true || alone[0].OperationName != "chat no-such-model" {
+	if alone[0].tag("error") != true || alone[0].OperationName != "chat dead-model" {
 		t.Errorf("kept gateway-only span %q error=%v, want the failed request's", alone[0].OperationName, alone[0].tag("error"))
 	}
 }
