@@ -6,6 +6,7 @@ package cli
 // file reads inputs, calls it and prints tables or JSON.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -480,9 +481,9 @@ func runFit(ctx context.Context, env *Env, o fitOptions, args []string) error {
 	slices.SortStableFunc(order, func(a, b int) int {
 		pa, pb := fit.Points[a], fit.Points[b]
 		if pa.Batch != pb.Batch {
-			return analysisCmp(pa.Batch, pb.Batch)
+			return cmp.Compare(pa.Batch, pb.Batch)
 		}
-		return analysisCmp(pa.Context, pb.Context)
+		return cmp.Compare(pa.Context, pb.Context)
 	})
 	for _, i := range order {
 		p := fit.Points[i]
@@ -502,16 +503,6 @@ func runFit(ctx context.Context, env *Env, o fitOptions, args []string) error {
 		tw.Flush()
 	}
 	return nil
-}
-
-func analysisCmp(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func printFitResult(w io.Writer, title string, r stats.FitResult) {

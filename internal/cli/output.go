@@ -3,12 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
 )
 
 // printSummary renders a run in the spirit of the source article's table.
@@ -84,18 +84,8 @@ func printSummary(w io.Writer, s *record.Summary, m *record.Manifest, dir string
 	}
 }
 
-func num(x float64) string {
-	switch {
-	case math.IsNaN(x):
-		return "-"
-	case math.Abs(x) >= 1000:
-		return fmt.Sprintf("%.0f", x)
-	case math.Abs(x) >= 100:
-		return fmt.Sprintf("%.1f", x)
-	default:
-		return fmt.Sprintf("%.2f", x)
-	}
-}
+// num formats milliseconds like every other ttft table.
+func num(x float64) string { return stats.FormatMs(x) }
 
 // vllmSummary mirrors the result JSON of vLLM's benchmark_serving.py so
 // existing scripts and dashboards read ttft's runs. Latencies are in ms,

@@ -178,19 +178,7 @@ func statName(s string) string {
 	return strings.ToUpper(s)
 }
 
-func num(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	switch a := math.Abs(v); {
-	case a >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
+func num(v float64) string { return stats.FormatMs(v) }
 
 func pct(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {

@@ -168,19 +168,22 @@ func (c Comparison) Verdict(nameA, nameB, metric string) string {
 	}
 	if !c.Significant {
 		return fmt.Sprintf("no significant difference between %s and %s at %s (%s − %s = %s ms, 95%% CI %s to %s ms; Mann–Whitney %s)",
-			nameA, nameB, at, nameB, nameA, fmtMs(c.Diff), fmtMs(c.CI95[0]), fmtMs(c.CI95[1]), p)
+			nameA, nameB, at, nameB, nameA, FormatMs(c.Diff), FormatMs(c.CI95[0]), FormatMs(c.CI95[1]), p)
 	}
 	if c.Diff < 0 {
 		return fmt.Sprintf("%s is faster than %s at %s by %s ms, 95%% CI %s–%s ms (Mann–Whitney %s)",
-			nameB, nameA, at, fmtMs(-c.Diff), fmtMs(-c.CI95[1]), fmtMs(-c.CI95[0]), p)
+			nameB, nameA, at, FormatMs(-c.Diff), FormatMs(-c.CI95[1]), FormatMs(-c.CI95[0]), p)
 	}
 	return fmt.Sprintf("%s is faster than %s at %s by %s ms, 95%% CI %s–%s ms (Mann–Whitney %s)",
-		nameA, nameB, at, fmtMs(c.Diff), fmtMs(c.CI95[0]), fmtMs(c.CI95[1]), p)
+		nameA, nameB, at, FormatMs(c.Diff), FormatMs(c.CI95[0]), FormatMs(c.CI95[1]), p)
 }
 
-// fmtMs prints milliseconds with precision that suits their size: 43, 4.2,
-// 0.31.
-func fmtMs(v float64) string {
+// FormatMs prints milliseconds with precision that suits their size: 430,
+// 43.1, 4.25; "-" for NaN. Every table in ttft uses it so figures read alike.
+func FormatMs(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
 	a := math.Abs(v)
 	switch {
 	case a >= 100:

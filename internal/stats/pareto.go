@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -53,10 +54,10 @@ func MarkPareto(points []ParetoPoint) []ParetoPoint {
 	}
 	slices.SortStableFunc(idx, func(a, b int) int {
 		pa, pb := out[a], out[b]
-		if c := cmpFloat(pa.Cost, pb.Cost); c != 0 {
+		if c := cmp.Compare(pa.Cost, pb.Cost); c != 0 {
 			return c
 		}
-		return cmpFloat(pa.Latency, pb.Latency)
+		return cmp.Compare(pa.Latency, pb.Latency)
 	})
 	best := math.Inf(1)
 	var prev *ParetoPoint
@@ -84,10 +85,10 @@ func ParetoFront(points []ParetoPoint) []ParetoPoint {
 		}
 	}
 	slices.SortStableFunc(front, func(a, b ParetoPoint) int {
-		if c := cmpFloat(a.Cost, b.Cost); c != 0 {
+		if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
 			return c
 		}
-		if c := cmpFloat(a.Latency, b.Latency); c != 0 {
+		if c := cmp.Compare(a.Latency, b.Latency); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Name, b.Name)
@@ -142,14 +143,4 @@ func APICost(usdPerMInput, usdPerMOutput float64, requests int, inputTokens, out
 		perHour = perRequest * requestsPerS * 3600
 	}
 	return perHour, perMTokens, perRequest
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
