@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/bench"
@@ -40,9 +39,7 @@ func runSelfCheck(ctx context.Context, env *Env, o *benchOptions) error {
 		requests = o.load.Requests
 	}
 	fmt.Fprintf(env.Stderr, "ttft bench --self-check: %d concurrent streams, %d requests against an exact-timing server on loopback\n", streams, requests)
-	if env.getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(400)) // as bench runs
-	}
+	defer tuneGC(env)() // as bench runs
 	acc, err := selfCheckAccuracy(ctx, streams, requests)
 	if err != nil {
 		return err
