@@ -255,7 +255,7 @@ func envFloat(k string, def float64) float64 {
 // machine affects all three alike. Opt-in: TTFT_GATEWAY_OVERHEAD=1.
 func TestOverhead(t *testing.T) {
 	if os.Getenv("TTFT_GATEWAY_OVERHEAD") != "1" {
-		t.Skip("set TTFT_GATEWAY_OVERHEAD=1 to run the overhead benchmark (docs/perf/gateway.md)")
+		t.Skip("set TTFT_GATEWAY_OVERHEAD=1 to run the overhead benchmark (docs/performance.md)")
 	}
 	rate := envFloat("TTFT_OVERHEAD_RATE", 2000)
 	dur := time.Duration(envFloat("TTFT_OVERHEAD_SECONDS", 3) * float64(time.Second))

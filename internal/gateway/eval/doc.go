@@ -6,5 +6,5 @@
 // thousands of requests per policy and load takes well under a second.
 //
 // What it leaves out is the HTTP hop (the gateway's own overhead, measured
-// separately in docs/perf/gateway.md) and network jitter.
+// separately in docs/performance.md) and network jitter.
 package eval
