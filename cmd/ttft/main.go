@@ -15,8 +15,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	exe, _ := os.Executable()
 	code := cli.Main(ctx, cli.Env{
-		Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv,
+		Executable: exe,
+		Args:       os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv,
 		IsTerminal: term.IsTerminal(int(os.Stderr.Fd())),
 	})
 	stop()

@@ -48,6 +48,18 @@ func (s *TimingServer) FirstTokenWrite(id string) (first, received time.Time, ok
 func (s *TimingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
 	switch r.URL.Path {
+	case "/_timings":
+		// For a client in another process: every first-token write and
+		// arrival time, as Unix nanoseconds (the wall clock both share).
+		s.mu.Lock()
+		out := make(map[string][2]int64, len(s.first))
+		for id, t := range s.first {
+			out[id] = [2]int64{t.UnixNano(), s.recv[id].UnixNano()}
+		}
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+		return
 	case "/v1/models":
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"object":"list","data":[{"id":"timing-server","object":"model","owned_by":"ttft"}]}`)

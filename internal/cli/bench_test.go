@@ -238,3 +238,38 @@ func TestBenchSelfCheck(t *testing.T) {
 		}
 	}
 }
+
+// The helper-process server of --self-check, run in-process: it announces
+// its URL, serves streams, reports its stamps and stops when stdin closes.
+func TestTimingServerCommand(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(context.Background(), Env{Args: []string{"timing-server", "--first", "1ms", "--interval", "1ms", "--tokens", "3"},
+			Stdin: inR, Stdout: outW, Stderr: io.Discard, Getenv: func(string) string { return "" }})
+	}()
+	buf := make([]byte, 128)
+	n, err := outR.Read(buf)
+	url := strings.TrimSpace(string(buf[:n]))
+	if err != nil || !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("announced %q, %v", url, err)
+	}
+	code, stdout, stderr := runCLI(t, "bench", "--target", url, "-n", "3", "-c", "1", "--no-progress", "--no-store", "--out", t.TempDir())
+	if code != 0 {
+		t.Fatalf("bench against the timing server: %d\n%s\n%s", code, stdout, stderr)
+	}
+	stamps, err := fetchTimings(context.Background(), url)
+	if err != nil || len(stamps) != 3 {
+		t.Fatalf("stamps %v, %v", stamps, err)
+	}
+	inW.Close()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("timing-server exit %d", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("timing-server did not stop when stdin closed")
+	}
+}

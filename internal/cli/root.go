@@ -29,6 +29,10 @@ type Env struct {
 	Getenv func(string) string
 	// IsTerminal reports whether Stderr is a terminal (live progress).
 	IsTerminal bool
+	// Executable is this program's path, for commands that run a helper
+	// process of their own (bench --self-check's server); empty means run
+	// such helpers in-process.
+	Executable string
 }
 
 func (e *Env) getenv(k string) string {
@@ -100,7 +104,7 @@ HTTP on a loopback port: no GPU, keys or network needed.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%s: %v (see '%s --help')", c.CommandPath(), err, c.CommandPath())
 	})
-	root.AddCommand(newVersionCmd(env))
+	root.AddCommand(newVersionCmd(env), newTimingServerCmd(env))
 	for _, add := range commandConstructors {
 		root.AddCommand(add(env))
 	}

@@ -1,13 +1,20 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"runtime"
+	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/stats"
@@ -23,12 +30,26 @@ type selfCheckResult struct {
 	RecvErrP50, RecvErrP99, RecvErrMax float64 // ms: first token seen − first token written
 	SendP50, SendP99                   float64 // ms: request arrived at server − client start
 	EventsPerS                         float64
-	CPUPerEventUs                      float64 // process CPU (client + in-process server) per token event
-	CPUPerRequestUs                    float64
+	CPUPerEventUs                      float64 // this process's CPU per token event
 }
 
-// runSelfCheck measures the client's own error against an in-process server
-// that stamps the moment each first token is written.
+// timingTarget is an exact-timing server, in this process or in a helper
+// process, and how to ask it when it wrote each first token.
+type timingTarget struct {
+	url     string
+	timings func(ctx context.Context) (map[string][2]time.Time, error)
+	stop    func()
+	// external is true when the server runs in its own process, so this
+	// process's CPU time is the client's alone.
+	external bool
+}
+
+// runSelfCheck measures the client's own error against a server that stamps
+// the moment each first token is written. By default the server runs in
+// this process: on a 2-core machine that gave lower tails than a helper
+// process (two Go runtimes time-sliced by the kernel). With
+// TTFT_SELFCHECK_SERVER=process it runs in a helper process instead, and
+// the CPU figures are then the client's alone.
 func runSelfCheck(ctx context.Context, env *Env, o *benchOptions) error {
 	streams := 1000
 	if o.load.fs != nil && o.load.fs.Changed("concurrency") {
@@ -38,25 +59,34 @@ func runSelfCheck(ctx context.Context, env *Env, o *benchOptions) error {
 	if o.load.fs != nil && o.load.fs.Changed("requests") && o.load.Requests > 0 {
 		requests = o.load.Requests
 	}
-	fmt.Fprintf(env.Stderr, "ttft bench --self-check: %d concurrent streams, %d requests against an exact-timing server on loopback\n", streams, requests)
 	defer tuneGC(env)() // as bench runs
-	acc, err := selfCheckAccuracy(ctx, streams, requests)
+	external := env.getenv("TTFT_SELFCHECK_SERVER") == "process" && env.Executable != ""
+	where := "in this process"
+	if external {
+		where = "in a helper process"
+	}
+	fmt.Fprintf(env.Stderr, "ttft bench --self-check: %d concurrent streams, %d requests against an exact-timing server on loopback (%s)\n", streams, requests, where)
+	acc, err := selfCheckAccuracy(ctx, env, external, streams, requests)
 	if err != nil {
 		return err
 	}
 	rateStreams := min(256, streams)
 	fmt.Fprintf(env.Stderr, "ttft bench --self-check: event-rate phase (%d streams, tokens as fast as possible)\n", rateStreams)
-	rate, err := selfCheckRate(ctx, rateStreams, 4*rateStreams, 200)
+	rate, external, err := selfCheckRate(ctx, env, external, rateStreams, 4*rateStreams, 200)
 	if err != nil {
 		return err
 	}
 	w := env.Stdout
-	fmt.Fprintf(w, "\nclient self-check on %d CPUs (%s)\n", runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(w, "\nclient self-check on %d CPUs (%s), server %s\n", runtime.GOMAXPROCS(0), runtime.Version(), where)
 	fmt.Fprintf(w, "  accuracy at %d concurrent streams, %d requests (%d failed):\n", acc.Streams, acc.Requests, acc.Failed)
 	fmt.Fprintf(w, "    added TTFT error (first token seen − written)  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n", acc.RecvErrP50, acc.RecvErrP99, acc.RecvErrMax)
 	fmt.Fprintf(w, "    send path (request arrived − client start)      p50 %.3f ms  p99 %.3f ms\n", acc.SendP50, acc.SendP99)
-	fmt.Fprintf(w, "  throughput at %d streams: %.0f token events/s sustained; process CPU %.2f µs per event (client + in-process server: an upper bound)\n",
-		rate.Streams, rate.EventsPerS, rate.CPUPerEventUs)
+	who := "client and in-process server together: an upper bound"
+	if external {
+		who = "client alone"
+	}
+	fmt.Fprintf(w, "  throughput at %d streams: %.0f token events/s sustained; %.2f µs of CPU per event (%s)\n",
+		rate.Streams, rate.EventsPerS, rate.CPUPerEventUs, who)
 	if acc.RecvErrP99 > 0.5 {
 		fmt.Fprintf(w, "  warning: added error P99 %.3f ms is above 0.5 ms on this machine: TTFT differences smaller than ~%.1f ms are not resolvable here\n", acc.RecvErrP99, 2*acc.RecvErrP99)
 	}
@@ -66,32 +96,90 @@ func runSelfCheck(ctx context.Context, env *Env, o *benchOptions) error {
 	return nil
 }
 
-func startTimingServer(ts *bench.TimingServer) (string, func(), error) {
+func startTimingTarget(ctx context.Context, env *Env, external bool, first, interval time.Duration, tokens int) (*timingTarget, error) {
+	if external {
+		t, err := startExternalTimingServer(ctx, env.Executable, first, interval, tokens)
+		if err == nil {
+			return t, nil
+		}
+		fmt.Fprintf(env.Stderr, "ttft bench --self-check: helper process failed (%v); running the server in this process\n", err)
+	}
+	ts := bench.NewTimingServer(first, interval, tokens)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, fmt.Errorf("self-check server: %w", err)
+		return nil, fmt.Errorf("self-check server: %w", err)
 	}
 	srv := &http.Server{Handler: ts}
 	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+	url := "http://" + ln.Addr().String()
+	return &timingTarget{url: url, stop: func() { _ = srv.Close() }, timings: func(ctx context.Context) (map[string][2]time.Time, error) {
+		return fetchTimings(ctx, url)
+	}}, nil
 }
 
-func selfCheckAccuracy(ctx context.Context, streams, requests int) (selfCheckResult, error) {
+// startExternalTimingServer runs "ttft timing-server" and reads its URL from
+// the first line it prints; closing its stdin stops it.
+func startExternalTimingServer(ctx context.Context, exe string, first, interval time.Duration, tokens int) (*timingTarget, error) {
+	cmd := exec.CommandContext(ctx, exe, "timing-server", "--first", first.String(), "--interval", interval.String(), "--tokens", fmt.Sprint(tokens))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { stdin.Close(); _ = cmd.Wait() }
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	url := strings.TrimSpace(line)
+	if err != nil || !strings.HasPrefix(url, "http://") {
+		stop()
+		return nil, fmt.Errorf("timing server did not announce its address (%q, %v)", url, err)
+	}
+	return &timingTarget{url: url, stop: stop, external: true, timings: func(ctx context.Context) (map[string][2]time.Time, error) {
+		return fetchTimings(ctx, url)
+	}}, nil
+}
+
+func fetchTimings(ctx context.Context, url string) (map[string][2]time.Time, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/_timings", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the timing server's stamps: %w", err)
+	}
+	defer resp.Body.Close()
+	var raw map[string][2]int64
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("reading the timing server's stamps: %w", err)
+	}
+	out := make(map[string][2]time.Time, len(raw))
+	for id, v := range raw {
+		out[id] = [2]time.Time{time.Unix(0, v[0]), time.Unix(0, v[1])}
+	}
+	return out, nil
+}
+
+func selfCheckAccuracy(ctx context.Context, env *Env, external bool, streams, requests int) (selfCheckResult, error) {
 	// Long first-token delays keep many streams open at modest request
 	// rates, and the ramp-up spreads arrivals so that first tokens are not
 	// all written in the same instant (no real server does that).
 	const firstDelay, interval, tokens = 500 * time.Millisecond, 50 * time.Millisecond, 8
-	ts := bench.NewTimingServer(firstDelay, interval, tokens)
-	url, stop, err := startTimingServer(ts)
+	tt, err := startTimingTarget(ctx, env, external, firstDelay, interval, tokens)
 	if err != nil {
 		return selfCheckResult{}, err
 	}
-	defer stop()
-	src, err := workload.NewFixed(workload.FixedOptions{PromptTokens: 16, MaxTokens: 8, Chat: true, Seed: 1})
+	defer tt.stop()
+	src, err := workload.NewFixed(workload.FixedOptions{PromptTokens: 16, MaxTokens: tokens, Chat: true, Seed: 1})
 	if err != nil {
 		return selfCheckResult{}, err
 	}
-	r, err := bench.New(bench.Options{API: wire.OpenAIChat, BaseURL: url, Request: wire.RequestOptions{Model: "timing-server"},
+	r, err := bench.New(bench.Options{API: wire.OpenAIChat, BaseURL: tt.url, Request: wire.RequestOptions{Model: "timing-server"},
 		Concurrency: streams, Requests: requests, RunID: "selfcheck", RampUp: firstDelay + interval*(tokens-1), TTFTTimeout: 30 * time.Second})
 	if err != nil {
 		return selfCheckResult{}, err
@@ -103,6 +191,10 @@ func selfCheckAccuracy(ctx context.Context, streams, requests int) (selfCheckRes
 	if res.Interrupted {
 		return selfCheckResult{}, errors.New("self-check interrupted")
 	}
+	stamps, err := tt.timings(ctx)
+	if err != nil {
+		return selfCheckResult{}, err
+	}
 	out := selfCheckResult{Streams: streams, Requests: len(res.Records)}
 	var recv, send []float64
 	for _, rec := range res.Records {
@@ -110,12 +202,13 @@ func selfCheckAccuracy(ctx context.Context, streams, requests int) (selfCheckRes
 			out.Failed++
 			continue
 		}
-		first, arrived, ok := ts.FirstTokenWrite(rec.ID)
+		st, ok := stamps[rec.ID]
 		if !ok {
 			continue
 		}
-		recv = append(recv, float64(rec.FirstToken.Sub(first))/1e6)
-		send = append(send, float64(arrived.Sub(rec.Sent))/1e6)
+		// Wall-clock instants: the server may be another process.
+		recv = append(recv, float64(rec.FirstToken.Round(0).Sub(st[0]))/1e6)
+		send = append(send, float64(st[1].Sub(rec.Sent.Round(0)))/1e6)
 	}
 	rm := stats.Describe(recv, stats.DescribeOptions{})
 	sm := stats.Describe(send, stats.DescribeOptions{})
@@ -124,27 +217,26 @@ func selfCheckAccuracy(ctx context.Context, streams, requests int) (selfCheckRes
 	return out, nil
 }
 
-func selfCheckRate(ctx context.Context, streams, requests, tokens int) (selfCheckResult, error) {
-	ts := bench.NewTimingServer(0, 0, tokens)
-	url, stop, err := startTimingServer(ts)
+func selfCheckRate(ctx context.Context, env *Env, external bool, streams, requests, tokens int) (selfCheckResult, bool, error) {
+	tt, err := startTimingTarget(ctx, env, external, 0, 0, tokens)
 	if err != nil {
-		return selfCheckResult{}, err
+		return selfCheckResult{}, false, err
 	}
-	defer stop()
+	defer tt.stop()
 	src, err := workload.NewFixed(workload.FixedOptions{PromptTokens: 16, MaxTokens: tokens, Chat: true, Seed: 2})
 	if err != nil {
-		return selfCheckResult{}, err
+		return selfCheckResult{}, false, err
 	}
-	r, err := bench.New(bench.Options{API: wire.OpenAIChat, BaseURL: url, Request: wire.RequestOptions{Model: "timing-server"},
+	r, err := bench.New(bench.Options{API: wire.OpenAIChat, BaseURL: tt.url, Request: wire.RequestOptions{Model: "timing-server"},
 		Concurrency: streams, Requests: requests})
 	if err != nil {
-		return selfCheckResult{}, err
+		return selfCheckResult{}, false, err
 	}
 	cpu0, t0 := cpuTime(), time.Now()
 	res, err := r.Run(ctx, src)
 	cpu, wall := cpuTime()-cpu0, time.Since(t0)
 	if err != nil {
-		return selfCheckResult{}, err
+		return selfCheckResult{}, false, err
 	}
 	events := 0
 	for _, rec := range res.Records {
@@ -154,7 +246,49 @@ func selfCheckRate(ctx context.Context, streams, requests, tokens int) (selfChec
 	if events > 0 {
 		out.EventsPerS = float64(events) / wall.Seconds()
 		out.CPUPerEventUs = float64(cpu.Microseconds()) / float64(events)
-		out.CPUPerRequestUs = float64(cpu.Microseconds()) / float64(len(res.Records))
 	}
-	return out, nil
+	return out, tt.external, nil
+}
+
+// newTimingServerCmd is the hidden helper process of --self-check.
+func newTimingServerCmd(env *Env) *cobra.Command {
+	var (
+		first, interval time.Duration
+		tokens          int
+		listen          string
+	)
+	cmd := &cobra.Command{
+		Use:    "timing-server",
+		Short:  "Exact-timing streaming server for bench --self-check (runs until stdin closes)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return usageErr("timing-server: %v", err)
+			}
+			defer tuneGC(env)()
+			srv := &http.Server{Handler: bench.NewTimingServer(first, interval, tokens)}
+			go func() { _ = srv.Serve(ln) }()
+			fmt.Fprintf(env.Stdout, "http://%s\n", ln.Addr())
+			done := make(chan struct{})
+			go func() {
+				if env.Stdin != nil {
+					_, _ = io.Copy(io.Discard, env.Stdin)
+				}
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-cmd.Context().Done():
+			}
+			return srv.Close()
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&first, "first", 500*time.Millisecond, "delay from arrival to the first token")
+	f.DurationVar(&interval, "interval", 50*time.Millisecond, "gap between tokens")
+	f.IntVar(&tokens, "tokens", 8, "tokens per response")
+	f.StringVar(&listen, "listen", "127.0.0.1:0", "address (loopback)")
+	return cmd
 }
