@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"io"
 	"log/slog"
 	"math"
@@ -22,23 +23,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
-)
-
-// GenAI semantic-convention keys (the same strings as package telemetry's;
-// spelled out so the proxy does not depend on the analysis packages
-// telemetry pulls in).
-const (
-	attrOperation   = attribute.Key("gen_ai.operation.name")
-	attrProvider    = attribute.Key("gen_ai.provider.name")
-	attrReqModel    = attribute.Key("gen_ai.request.model")
-	attrReqMax      = attribute.Key("gen_ai.request.max_tokens")
-	attrReqStream   = attribute.Key("gen_ai.request.stream")
-	attrFirstChunk  = attribute.Key("gen_ai.response.time_to_first_chunk")
-	attrOutTokens   = attribute.Key("gen_ai.usage.output_tokens")
-	attrHTTPStatus  = attribute.Key("http.response.status_code")
-	attrBackend     = attribute.Key("ttft.backend")
-	attrSLOViolated = attribute.Key("ttft.slo.violated")
-	eventFirstToken = "gen_ai.first_token"
 )
 
 // traceContext is the W3C propagator; a value, not the global one.
@@ -240,8 +224,8 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		op = "text_completion"
 	}
 	ctx, span := g.tracer.Start(ctx, op+" "+rb.Model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attrOperation.String(op), attrProvider.String(x.api), attrReqModel.String(rb.Model),
-		attrReqMax.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), attrReqStream.Bool(rb.Stream),
+		genaiattr.AttrOperationName.String(op), genaiattr.AttrProviderName.String(x.api), genaiattr.AttrRequestModel.String(rb.Model),
+		genaiattr.AttrRequestMaxTokens.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), genaiattr.AttrRequestStream.Bool(rb.Stream),
 		attrSLOClass.String(class), attrSLO.Float64(slo.Seconds())))
 	x.span = span // ended by finish, after the outcome is known
 
@@ -269,7 +253,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		x.attempts++
 		x.backend, x.policy, x.reason, x.predicted = t.Backend.Name(), t.Policy, t.Reason, t.Prediction.P95
 		g.m.decisions.WithLabelValues(t.Policy, t.Reason, t.Backend.Name()).Inc()
-		span.SetAttributes(attrBackend.String(t.Backend.Name()), attrPolicy.String(t.Policy), attrReason.String(t.Reason),
+		span.SetAttributes(genaiattr.AttrBackend.String(t.Backend.Name()), attrPolicy.String(t.Policy), attrReason.String(t.Reason),
 			attrPredMean.Float64(t.Prediction.Mean.Seconds()), attrPredP95.Float64(t.Prediction.P95.Seconds()),
 			attrPredictor.String(t.Prediction.Predictor), attrCachedTokens.Int(t.CachedTokens), attrCandidates.Int(t.Candidates))
 		if !t.MeetsSLO && route != nil && route.Admission != AdmitBestEffort {
@@ -559,7 +543,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 					if last.IsZero() {
 						t.FirstToken()
 						x.ttft = now.Sub(x.start)
-						x.span.AddEvent(eventFirstToken)
+						x.span.AddEvent(genaiattr.EventFirstToken)
 						if t.Prediction.Mean > 0 {
 							ttft := t.Elapsed().Seconds()
 							if ttft > 0 {
@@ -674,12 +658,12 @@ func (g *Gateway) finish(x *exchange) {
 		}
 	}
 	if x.span != nil {
-		x.span.SetAttributes(attrHTTPStatus.Int(x.status), attrAttempts.Int(x.attempts), attrOutTokens.Int(x.outTokens))
+		x.span.SetAttributes(genaiattr.AttrHTTPStatus.Int(x.status), attrAttempts.Int(x.attempts), genaiattr.AttrUsageOutputTokens.Int(x.outTokens))
 		if x.ttft > 0 {
-			x.span.SetAttributes(attrFirstChunk.Float64(x.ttft.Seconds()))
+			x.span.SetAttributes(genaiattr.AttrTimeToFirstChunk.Float64(x.ttft.Seconds()))
 		}
 		if x.slo > 0 && x.ttft > 0 {
-			x.span.SetAttributes(attrSLOViolated.Bool(x.ttft > x.slo))
+			x.span.SetAttributes(genaiattr.AttrSLOViolated.Bool(x.ttft > x.slo))
 		}
 		if x.errMsg != "" && !x.canceled {
 			x.span.SetStatus(codes.Error, x.errMsg)

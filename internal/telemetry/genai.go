@@ -8,52 +8,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 )
-
-// GenAI semantic-convention attribute keys (OpenTelemetry semconv 1.37–1.41,
-// "gen_ai" registry). They are spelled out here rather than imported because
-// the Go semconv packages move the GenAI group between versions (1.43 dropped
-// it), and these strings are the contract with trace backends.
-const (
-	AttrOperationName       = attribute.Key("gen_ai.operation.name")
-	AttrProviderName        = attribute.Key("gen_ai.provider.name")
-	AttrRequestModel        = attribute.Key("gen_ai.request.model")
-	AttrRequestMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
-	AttrRequestStream       = attribute.Key("gen_ai.request.stream")
-	AttrResponseModel       = attribute.Key("gen_ai.response.model")
-	AttrResponseID          = attribute.Key("gen_ai.response.id")
-	AttrResponseFinish      = attribute.Key("gen_ai.response.finish_reasons")
-	AttrTimeToFirstChunk    = attribute.Key("gen_ai.response.time_to_first_chunk") // seconds, double
-	AttrUsageInputTokens    = attribute.Key("gen_ai.usage.input_tokens")
-	AttrUsageOutputTokens   = attribute.Key("gen_ai.usage.output_tokens")
-	AttrUsageCacheReadInput = attribute.Key("gen_ai.usage.cache_read.input_tokens")
-	AttrErrorType           = attribute.Key("error.type")
-	AttrServerAddress       = attribute.Key("server.address")
-	AttrServerPort          = attribute.Key("server.port")
-	AttrHTTPStatus          = attribute.Key("http.response.status_code")
-)
-
-// ttft's own attributes, namespaced so they never collide with semconv.
-const (
-	// AttrSLOViolated marks a span whose request missed its TTFT SLO; the
-	// TailKeepProcessor keeps such traces even when the head sampler dropped
-	// them.
-	AttrSLOViolated = attribute.Key("ttft.slo.violated")
-	AttrScenario    = attribute.Key("ttft.scenario")
-	AttrSession     = attribute.Key("ttft.session")
-	AttrTurn        = attribute.Key("ttft.turn")
-	AttrWarmup      = attribute.Key("ttft.warmup")
-	AttrBackend     = attribute.Key("ttft.backend")
-	AttrITLMeanSec  = attribute.Key("ttft.itl.mean")
-	AttrTPOTSec     = attribute.Key("ttft.tpot")
-	AttrE2ESec      = attribute.Key("ttft.e2e")
-	AttrTTFBSec     = attribute.Key("ttft.ttfb")
-	AttrQueueSec    = attribute.Key("ttft.server.queue")
-	AttrPrefillSec  = attribute.Key("ttft.server.prefill")
-)
-
-// EventFirstToken is the span event added at the first token's timestamp.
-const EventFirstToken = "gen_ai.first_token"
 
 // Operation names (gen_ai.operation.name well-known values).
 const (
@@ -96,15 +52,15 @@ func SpanName(operation, model string) string {
 // pass them at span start so samplers can see them.
 func RequestAttributes(api, model string, maxTokens int) []attribute.KeyValue {
 	kv := []attribute.KeyValue{
-		AttrOperationName.String(OperationForAPI(api)),
-		AttrProviderName.String(ProviderForAPI(api)),
-		AttrRequestStream.Bool(true),
+		genaiattr.AttrOperationName.String(OperationForAPI(api)),
+		genaiattr.AttrProviderName.String(ProviderForAPI(api)),
+		genaiattr.AttrRequestStream.Bool(true),
 	}
 	if model != "" {
-		kv = append(kv, AttrRequestModel.String(model))
+		kv = append(kv, genaiattr.AttrRequestModel.String(model))
 	}
 	if maxTokens > 0 {
-		kv = append(kv, AttrRequestMaxTokens.Int(maxTokens))
+		kv = append(kv, genaiattr.AttrRequestMaxTokens.Int(maxTokens))
 	}
 	return kv
 }
@@ -115,59 +71,59 @@ func RequestAttributes(api, model string, maxTokens int) []attribute.KeyValue {
 func RecordAttributes(rec *record.Record) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 16)
 	if rec.Model != "" {
-		kv = append(kv, AttrResponseModel.String(rec.Model))
+		kv = append(kv, genaiattr.AttrResponseModel.String(rec.Model))
 	}
 	if in := firstPositive(rec.PromptTokensUsage, rec.PromptTokens); in > 0 {
-		kv = append(kv, AttrUsageInputTokens.Int(in))
+		kv = append(kv, genaiattr.AttrUsageInputTokens.Int(in))
 	}
 	if out := rec.OutputTokens(); out > 0 {
-		kv = append(kv, AttrUsageOutputTokens.Int(out))
+		kv = append(kv, genaiattr.AttrUsageOutputTokens.Int(out))
 	}
 	if rec.CachedPromptTokens > 0 {
-		kv = append(kv, AttrUsageCacheReadInput.Int(rec.CachedPromptTokens))
+		kv = append(kv, genaiattr.AttrUsageCacheReadInput.Int(rec.CachedPromptTokens))
 	}
 	if rec.FinishReason != "" {
-		kv = append(kv, AttrResponseFinish.StringSlice([]string{rec.FinishReason}))
+		kv = append(kv, genaiattr.AttrResponseFinish.StringSlice([]string{rec.FinishReason}))
 	}
 	if rec.ID != "" {
-		kv = append(kv, AttrResponseID.String(rec.ID))
+		kv = append(kv, genaiattr.AttrResponseID.String(rec.ID))
 	}
 	if !rec.FirstToken.IsZero() && !rec.Sent.IsZero() {
-		kv = append(kv, AttrTimeToFirstChunk.Float64(rec.FirstToken.Sub(rec.Sent).Seconds()))
+		kv = append(kv, genaiattr.AttrTimeToFirstChunk.Float64(rec.FirstToken.Sub(rec.Sent).Seconds()))
 	}
 	if rec.TTFBMs > 0 {
-		kv = append(kv, AttrTTFBSec.Float64(rec.TTFBMs/1e3))
+		kv = append(kv, genaiattr.AttrTTFBSec.Float64(rec.TTFBMs/1e3))
 	}
 	if rec.E2EMs > 0 {
-		kv = append(kv, AttrE2ESec.Float64(rec.E2EMs/1e3))
+		kv = append(kv, genaiattr.AttrE2ESec.Float64(rec.E2EMs/1e3))
 	}
 	if rec.TPOTMs > 0 {
-		kv = append(kv, AttrTPOTSec.Float64(rec.TPOTMs/1e3))
+		kv = append(kv, genaiattr.AttrTPOTSec.Float64(rec.TPOTMs/1e3))
 	}
 	if n := len(rec.ITLMs); n > 0 {
 		var s float64
 		for _, v := range rec.ITLMs {
 			s += v
 		}
-		kv = append(kv, AttrITLMeanSec.Float64(s/float64(n)/1e3))
+		kv = append(kv, genaiattr.AttrITLMeanSec.Float64(s/float64(n)/1e3))
 	}
 	if rec.Status != 0 {
-		kv = append(kv, AttrHTTPStatus.Int(rec.Status))
+		kv = append(kv, genaiattr.AttrHTTPStatus.Int(rec.Status))
 	}
 	if rec.ErrorClass != record.ErrNone {
-		kv = append(kv, AttrErrorType.String(rec.ErrorClass))
+		kv = append(kv, genaiattr.AttrErrorType.String(rec.ErrorClass))
 	}
 	if rec.Scenario != "" {
-		kv = append(kv, AttrScenario.String(rec.Scenario))
+		kv = append(kv, genaiattr.AttrScenario.String(rec.Scenario))
 	}
 	if rec.Session != "" {
-		kv = append(kv, AttrSession.String(rec.Session), AttrTurn.Int(rec.Turn))
+		kv = append(kv, genaiattr.AttrSession.String(rec.Session), genaiattr.AttrTurn.Int(rec.Turn))
 	}
 	if rec.Backend != "" {
-		kv = append(kv, AttrBackend.String(rec.Backend))
+		kv = append(kv, genaiattr.AttrBackend.String(rec.Backend))
 	}
 	if rec.Warmup {
-		kv = append(kv, AttrWarmup.Bool(true))
+		kv = append(kv, genaiattr.AttrWarmup.Bool(true))
 	}
 	return kv
 }
@@ -183,11 +139,11 @@ func EndSpanFromRecord(span trace.Span, rec *record.Record, sloTTFTSeconds float
 	}
 	span.SetAttributes(RecordAttributes(rec)...)
 	if !rec.FirstToken.IsZero() {
-		span.AddEvent(EventFirstToken, trace.WithTimestamp(rec.FirstToken),
-			trace.WithAttributes(AttrTimeToFirstChunk.Float64(rec.FirstToken.Sub(rec.Sent).Seconds())))
+		span.AddEvent(genaiattr.EventFirstToken, trace.WithTimestamp(rec.FirstToken),
+			trace.WithAttributes(genaiattr.AttrTimeToFirstChunk.Float64(rec.FirstToken.Sub(rec.Sent).Seconds())))
 	}
 	if violated(rec, sloTTFTSeconds) {
-		span.SetAttributes(AttrSLOViolated.Bool(true))
+		span.SetAttributes(genaiattr.AttrSLOViolated.Bool(true))
 	}
 	if rec.ErrorClass != record.ErrNone {
 		msg := rec.Error

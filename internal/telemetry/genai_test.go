@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"testing"
 	"time"
 
@@ -104,38 +105,38 @@ func TestTraceObserverSpan(t *testing.T) {
 				t.Errorf("span [%v, %v], want [%v, %v]", s.StartTime, s.EndTime, sent, rec.End)
 			}
 			a := attrMap(s.Attributes)
-			if a[AttrOperationName].AsString() != OperationForAPI(rec.API) || a[AttrProviderName].AsString() != ProviderForAPI(rec.API) {
+			if a[genaiattr.AttrOperationName].AsString() != OperationForAPI(rec.API) || a[genaiattr.AttrProviderName].AsString() != ProviderForAPI(rec.API) {
 				t.Errorf("operation/provider attrs %v", a)
 			}
-			if a[AttrRequestMaxTokens].AsInt64() != 64 || a[AttrServerAddress].AsString() != "127.0.0.1" || a[AttrServerPort].AsInt64() != 8123 {
-				t.Errorf("request attrs: max_tokens %v address %v port %v", a[AttrRequestMaxTokens], a[AttrServerAddress], a[AttrServerPort])
+			if a[genaiattr.AttrRequestMaxTokens].AsInt64() != 64 || a[genaiattr.AttrServerAddress].AsString() != "127.0.0.1" || a[genaiattr.AttrServerPort].AsInt64() != 8123 {
+				t.Errorf("request attrs: max_tokens %v address %v port %v", a[genaiattr.AttrRequestMaxTokens], a[genaiattr.AttrServerAddress], a[genaiattr.AttrServerPort])
 			}
-			if got := a[AttrSLOViolated].AsBool(); got != c.violated {
+			if got := a[genaiattr.AttrSLOViolated].AsBool(); got != c.violated {
 				t.Errorf("slo violated = %v, want %v", got, c.violated)
 			}
 			if (s.Status.Code == codes.Error) != c.errStatus {
 				t.Errorf("status %v, want error=%v", s.Status, c.errStatus)
 			}
 			if c.errStatus {
-				if a[AttrErrorType].AsString() != rec.ErrorClass {
-					t.Errorf("error.type %v", a[AttrErrorType])
+				if a[genaiattr.AttrErrorType].AsString() != rec.ErrorClass {
+					t.Errorf("error.type %v", a[genaiattr.AttrErrorType])
 				}
 				if len(s.Events) != 0 {
 					t.Errorf("failed request has a first-token event")
 				}
 				return
 			}
-			if len(s.Events) != 1 || s.Events[0].Name != EventFirstToken || !s.Events[0].Time.Equal(rec.FirstToken) {
-				t.Fatalf("events %+v, want one %s at %v", s.Events, EventFirstToken, rec.FirstToken)
+			if len(s.Events) != 1 || s.Events[0].Name != genaiattr.EventFirstToken || !s.Events[0].Time.Equal(rec.FirstToken) {
+				t.Fatalf("events %+v, want one %s at %v", s.Events, genaiattr.EventFirstToken, rec.FirstToken)
 			}
-			if got, want := a[AttrTimeToFirstChunk].AsFloat64(), rec.FirstToken.Sub(sent).Seconds(); got != want {
+			if got, want := a[genaiattr.AttrTimeToFirstChunk].AsFloat64(), rec.FirstToken.Sub(sent).Seconds(); got != want {
 				t.Errorf("time_to_first_chunk %v, want %v", got, want)
 			}
-			if got := a[AttrUsageOutputTokens].AsInt64(); got != int64(rec.OutputTokens()) {
+			if got := a[genaiattr.AttrUsageOutputTokens].AsInt64(); got != int64(rec.OutputTokens()) {
 				t.Errorf("output tokens %d, want %d", got, rec.OutputTokens())
 			}
-			if rec.PromptTokensUsage > 0 && a[AttrUsageInputTokens].AsInt64() != int64(rec.PromptTokensUsage) {
-				t.Errorf("input tokens %v, want the server's usage %d", a[AttrUsageInputTokens], rec.PromptTokensUsage)
+			if rec.PromptTokensUsage > 0 && a[genaiattr.AttrUsageInputTokens].AsInt64() != int64(rec.PromptTokensUsage) {
+				t.Errorf("input tokens %v, want the server's usage %d", a[genaiattr.AttrUsageInputTokens], rec.PromptTokensUsage)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"net"
 	"net/url"
 	"strconv"
@@ -41,9 +42,9 @@ func NewTraceObserver(tp trace.TracerProvider, api, model, target string, sloTTF
 			host = u.Hostname()
 			port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 		}
-		o.server = append(o.server, AttrServerAddress.String(host))
+		o.server = append(o.server, genaiattr.AttrServerAddress.String(host))
 		if p, err := strconv.Atoi(port); err == nil {
-			o.server = append(o.server, AttrServerPort.Int(p))
+			o.server = append(o.server, genaiattr.AttrServerPort.Int(p))
 		}
 	}
 	return o

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -312,11 +313,11 @@ func (p *TailKeepProcessor) interesting(s sdktrace.ReadOnlySpan) bool {
 	}
 	for _, kv := range s.Attributes() {
 		switch kv.Key {
-		case AttrSLOViolated:
+		case genaiattr.AttrSLOViolated:
 			if kv.Value.Type() == attribute.BOOL && kv.Value.AsBool() {
 				return true
 			}
-		case AttrTimeToFirstChunk:
+		case genaiattr.AttrTimeToFirstChunk:
 			if p.opt.SLOTTFT > 0 && kv.Value.AsFloat64() > p.opt.SLOTTFT.Seconds() {
 				return true
 			}

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"encoding/binary"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -145,8 +146,8 @@ func TestTailKeepProcessor(t *testing.T) {
 	}
 	ok := run(func(trace.Span) {})
 	failed := run(func(c trace.Span) { c.SetStatus(codes.Error, "boom") })
-	slow := run(func(c trace.Span) { c.SetAttributes(AttrTimeToFirstChunk.Float64(0.9)) })
-	flagged := run(func(c trace.Span) { c.SetAttributes(AttrSLOViolated.Bool(true)) })
+	slow := run(func(c trace.Span) { c.SetAttributes(genaiattr.AttrTimeToFirstChunk.Float64(0.9)) })
+	flagged := run(func(c trace.Span) { c.SetAttributes(genaiattr.AttrSLOViolated.Bool(true)) })
 
 	byTrace := map[trace.TraceID]int{}
 	for _, s := range exp.GetSpans() {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"io"
 	"net"
 	"net/http"
@@ -238,7 +239,7 @@ func TestSetupDynamicTracingTailKeep(t *testing.T) {
 	for _, s := range rcv.spans {
 		ttfc := -1.0
 		for _, a := range s.Attributes {
-			if a.Key == string(AttrTimeToFirstChunk) {
+			if a.Key == string(genaiattr.AttrTimeToFirstChunk) {
 				ttfc = a.GetValue().GetDoubleValue()
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"net/http"
 	"net/url"
 	"os"
@@ -251,8 +252,8 @@ func TestTracesReachJaeger(t *testing.T) {
 		if f, _ := benchSpan.tag("gen_ai.response.time_to_first_chunk").(float64); f <= 0 {
 			t.Errorf("trace %s: time_to_first_chunk %v", tr.TraceID, benchSpan.tag("gen_ai.response.time_to_first_chunk"))
 		}
-		if !benchSpan.hasEvent(telemetry.EventFirstToken) {
-			t.Errorf("trace %s: bench span lacks the %s event", tr.TraceID, telemetry.EventFirstToken)
+		if !benchSpan.hasEvent(genaiattr.EventFirstToken) {
+			t.Errorf("trace %s: bench span lacks the %s event", tr.TraceID, genaiattr.EventFirstToken)
 		}
 		if tr.TraceID == benchTraces[0].TraceID {
 			t.Logf("trace %s: bench span %q (%d tags, %d events) → gateway span %q, child of %s",

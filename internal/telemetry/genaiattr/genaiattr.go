@@ -1,0 +1,53 @@
+// Package genaiattr holds the span attribute keys and event names that
+// ttft's traces use: the OpenTelemetry GenAI semantic conventions plus
+// ttft's own namespaced keys. It is a leaf, so the gateway and the
+// telemetry package share one spelling without the gateway importing the
+// workload and tokenizer code telemetry depends on.
+package genaiattr
+
+import "go.opentelemetry.io/otel/attribute"
+
+// GenAI semantic-convention attribute keys (OpenTelemetry semconv 1.37–1.41,
+// "gen_ai" registry). They are spelled out here rather than imported because
+// the Go semconv packages move the GenAI group between versions (1.43 dropped
+// it), and these strings are the contract with trace backends.
+const (
+	AttrOperationName       = attribute.Key("gen_ai.operation.name")
+	AttrProviderName        = attribute.Key("gen_ai.provider.name")
+	AttrRequestModel        = attribute.Key("gen_ai.request.model")
+	AttrRequestMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
+	AttrRequestStream       = attribute.Key("gen_ai.request.stream")
+	AttrResponseModel       = attribute.Key("gen_ai.response.model")
+	AttrResponseID          = attribute.Key("gen_ai.response.id")
+	AttrResponseFinish      = attribute.Key("gen_ai.response.finish_reasons")
+	AttrTimeToFirstChunk    = attribute.Key("gen_ai.response.time_to_first_chunk") // seconds, double
+	AttrUsageInputTokens    = attribute.Key("gen_ai.usage.input_tokens")
+	AttrUsageOutputTokens   = attribute.Key("gen_ai.usage.output_tokens")
+	AttrUsageCacheReadInput = attribute.Key("gen_ai.usage.cache_read.input_tokens")
+	AttrErrorType           = attribute.Key("error.type")
+	AttrServerAddress       = attribute.Key("server.address")
+	AttrServerPort          = attribute.Key("server.port")
+	AttrHTTPStatus          = attribute.Key("http.response.status_code")
+)
+
+// ttft's own attributes, namespaced so they never collide with semconv.
+const (
+	// AttrSLOViolated marks a span whose request missed its TTFT SLO; the
+	// TailKeepProcessor keeps such traces even when the head sampler dropped
+	// them.
+	AttrSLOViolated = attribute.Key("ttft.slo.violated")
+	AttrScenario    = attribute.Key("ttft.scenario")
+	AttrSession     = attribute.Key("ttft.session")
+	AttrTurn        = attribute.Key("ttft.turn")
+	AttrWarmup      = attribute.Key("ttft.warmup")
+	AttrBackend     = attribute.Key("ttft.backend")
+	AttrITLMeanSec  = attribute.Key("ttft.itl.mean")
+	AttrTPOTSec     = attribute.Key("ttft.tpot")
+	AttrE2ESec      = attribute.Key("ttft.e2e")
+	AttrTTFBSec     = attribute.Key("ttft.ttfb")
+	AttrQueueSec    = attribute.Key("ttft.server.queue")
+	AttrPrefillSec  = attribute.Key("ttft.server.prefill")
+)
+
+// EventFirstToken is the span event added at the first token's timestamp.
+const EventFirstToken = "gen_ai.first_token"
