@@ -73,21 +73,9 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		defer t.Stop()
 	}
 
-	var dnsStart, connStart, tlsStart time.Time
-	trace := &httptrace.ClientTrace{
-		DNSStart:          func(httptrace.DNSStartInfo) { dnsStart = r.now() },
-		DNSDone:           func(httptrace.DNSDoneInfo) { rec.DNSMs = msSince(dnsStart, r.now()) },
-		ConnectStart:      func(string, string) { connStart = r.now() },
-		ConnectDone:       func(string, string, error) { rec.ConnectMs = msSince(connStart, r.now()) },
-		TLSHandshakeStart: func() { tlsStart = r.now() },
-		TLSHandshakeDone:  func(tls.ConnectionState, error) { rec.TLSMs = msSince(tlsStart, r.now()) },
-		GotConn:           func(i httptrace.GotConnInfo) { rec.ReusedConn = i.Reused },
-		WroteRequest:      func(httptrace.WroteRequestInfo) { rec.Written = r.now() },
-		GotFirstResponseByte: func() {
-			rec.FirstByte = r.now()
-		},
-	}
-	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, trace), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
+	nt := &netTrace{base: r.now(), now: r.now}
+	defer nt.fill(rec)
+	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, nt.clientTrace()), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
 	if err != nil {
 		fail(rec, record.ErrClientRequest, err)
 		rec.Sent, rec.End = r.now(), r.now()
@@ -106,6 +94,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 	resp, err := r.client.Do(hreq)
 	if err != nil {
 		rec.End = r.now()
+		nt.fill(rec)
 		classify(ctx, rec, err)
 		return ""
 	}
@@ -147,6 +136,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 			case errors.Is(err, sse.ErrTooLarge):
 				fail(rec, record.ErrMalformed, err)
 			default:
+				nt.fill(rec)
 				classify(ctx, rec, err)
 				if rec.ErrorClass == record.ErrConnect {
 					rec.ErrorClass = record.ErrStreamCut
@@ -211,6 +201,57 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
 	}
 	return out.String()
+}
+
+// netTrace collects httptrace callbacks. The transport calls them from its
+// own goroutines (dialer, write loop, read loop), sometimes after Do has
+// returned, so they only touch atomics; fill copies them into the record.
+type netTrace struct {
+	base time.Time
+	now  func() time.Time
+	// Offsets from base in ns; 0 means "not seen".
+	dnsStart, dnsDone, connStart, connDone, tlsStart, tlsDone, written, firstByte atomic.Int64
+	reused                                                                        atomic.Bool
+}
+
+func (t *netTrace) stamp(a *atomic.Int64) { a.Store(max(int64(t.now().Sub(t.base)), 1)) }
+
+func (t *netTrace) at(a *atomic.Int64) time.Time {
+	if v := a.Load(); v != 0 {
+		return t.base.Add(time.Duration(v))
+	}
+	return time.Time{}
+}
+
+func (t *netTrace) clientTrace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		DNSStart:             func(httptrace.DNSStartInfo) { t.stamp(&t.dnsStart) },
+		DNSDone:              func(httptrace.DNSDoneInfo) { t.stamp(&t.dnsDone) },
+		ConnectStart:         func(string, string) { t.stamp(&t.connStart) },
+		ConnectDone:          func(string, string, error) { t.stamp(&t.connDone) },
+		TLSHandshakeStart:    func() { t.stamp(&t.tlsStart) },
+		TLSHandshakeDone:     func(tls.ConnectionState, error) { t.stamp(&t.tlsDone) },
+		GotConn:              func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { t.stamp(&t.written) },
+		GotFirstResponseByte: func() { t.stamp(&t.firstByte) },
+	}
+}
+
+// fill copies what the trace saw into rec.
+func (t *netTrace) fill(rec *record.Record) {
+	span := func(from, to *atomic.Int64) float64 {
+		a, b := from.Load(), to.Load()
+		if a == 0 || b == 0 {
+			return 0
+		}
+		return float64(b-a) / float64(time.Millisecond)
+	}
+	rec.DNSMs = span(&t.dnsStart, &t.dnsDone)
+	rec.ConnectMs = span(&t.connStart, &t.connDone)
+	rec.TLSMs = span(&t.tlsStart, &t.tlsDone)
+	rec.ReusedConn = t.reused.Load()
+	rec.Written = t.at(&t.written)
+	rec.FirstByte = t.at(&t.firstByte)
 }
 
 func fail(rec *record.Record, class string, err error) {
