@@ -28,21 +28,33 @@ type metrics struct {
 
 // ttftBuckets cover 5 ms to 30 s; SLO targets (120/320/650 ms) fall on or
 // near bucket bounds so attainment can be read off the histogram.
+// Native (sparse) histograms beside the classic buckets, with the settings
+// of package telemetry's histograms (not imported: it would pull the
+// workload and tokenizer code into the gateway).
+const (
+	nativeFactor     = 1.1
+	nativeMaxBuckets = 160
+	nativeMinReset   = time.Hour
+)
+
 var ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.15, 0.2, 0.25, 0.32, 0.4, 0.5, 0.65, 0.8, 1, 1.5, 2, 3, 5, 10, 30}
 
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	m := &metrics{
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ttft_gateway_ttft_seconds", Help: "Time to first token seen through the gateway, from request arrival.",
-			Buckets: ttftBuckets,
+			Buckets:                     ttftBuckets,
+			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
 		}, []string{"backend", "slo_class"}),
 		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ttft_gateway_itl_seconds", Help: "Gaps between consecutive token events passed through.",
-			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1},
+			Buckets:                     []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1},
+			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
 		}, []string{"backend"}),
 		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ttft_gateway_e2e_seconds", Help: "Request duration through the gateway.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+			Buckets:                     prometheus.ExponentialBuckets(0.01, 2, 14),
+			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
 		}, []string{"backend", "slo_class"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ttft_gateway_requests_total", Help: "Requests answered, by backend, SLO class and status code.",

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,7 +29,9 @@ func newServerMetrics(model, engine string) *serverMetrics {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"model_name": model, "engine": engine}
 	hist := func(name, help string, b []float64) prometheus.Observer {
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels})
+		// Classic buckets as vLLM's, plus a native histogram beside them.
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels,
+			NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 160, NativeHistogramMinResetDuration: time.Hour})
 		reg.MustRegister(h)
 		return h
 	}
