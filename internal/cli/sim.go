@@ -32,6 +32,7 @@ type simDeployFlags struct {
 	specToks  int
 	specAcc   float64
 	specDraft string
+	specQuant string
 	noChunked bool
 }
 
@@ -40,8 +41,10 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Model, "model", "llama-3.1-8b", "model from the catalog (name, alias or HuggingFace id; see 'ttft sim catalog')")
 	fs.StringVar(&c.GPU, "gpu", "h100-sxm", "accelerator from the catalog")
 	fs.IntVar(&c.TensorParallelSize, "tensor-parallel-size", 1, "tensor-parallel GPUs per replica")
-	fs.StringVar(&c.Quantization, "quantization", "", "weight quantization: fp8 (W8A8 where the GPU has FP8), int8, awq/gptq/int4 (weight-only); empty: 16-bit")
+	fs.StringVar(&c.Quantization, "quantization", "", "weight format: fp8 (W8A8 where the GPU has FP8), int8 or int4 (every tensor, one 16-bit scale per group), awq or gptq (4-bit, scale and zero point per group, 16-bit embeddings and head); empty: 16-bit")
+	fs.IntVar(&c.QuantGroupSize, "quant-group-size", 0, "weights per quantization scale for int8/int4/awq/gptq (0: 128; llama.cpp Q4_0/Q8_0 use 32)")
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
+	fs.StringVar(&c.KVRetention, "kv-retention", "", "KV retention policy: full (default), sliding:W (attend to and keep the last W tokens) or compress:R (KV at 1/R of its bytes)")
 	fs.BoolVar(&c.EnablePrefixCaching, "enable-prefix-caching", false, "reuse KV blocks of identical prompt prefixes")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "maximum sequences per batch")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per engine step (0: 8192)")
@@ -53,7 +56,8 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Engine, "engine-profile", "vllm", "calibrated overhead profile: vllm, trtllm, sglang or one from --catalog")
 	fs.IntVar(&f.specToks, "num-speculative-tokens", 0, "speculative decoding: draft tokens per step (0: off)")
 	fs.Float64Var(&f.specAcc, "spec-acceptance", 0.7, "speculative decoding: per-token acceptance probability")
-	fs.StringVar(&f.specDraft, "speculative-model", "", "speculative decoding: draft model from the catalog (empty: free n-gram drafter)")
+	fs.StringVar(&f.specDraft, "speculative-model", "", "speculative decoding: draft model from the catalog, with its own weights, KV cache and step cost (empty: free n-gram drafter)")
+	fs.StringVar(&f.specQuant, "speculative-quantization", "", "speculative decoding: the draft model's weight format (empty: same as --quantization; bf16 for 16-bit)")
 	fs.Float64Var(&c.Jitter, "jitter", 0, "relative standard deviation of step times (0: deterministic)")
 	fs.Int64Var(&c.Seed, "sim-seed", 0, "seed for step-time jitter")
 	fs.StringArrayVar(&f.catalogs, "catalog", nil, "extra catalog file: YAML (models/gpus/engines) or a HuggingFace config.json; repeatable")
@@ -69,7 +73,7 @@ func (f *simDeployFlags) build() (sim.Config, *sim.Catalog, error) {
 	c := f.cfg
 	c.DisableChunkedPrefill = f.noChunked
 	if f.specToks > 0 {
-		c.Speculative = sim.SpecConfig{NumSpeculativeTokens: f.specToks, Acceptance: f.specAcc, DraftModel: f.specDraft}
+		c.Speculative = sim.SpecConfig{NumSpeculativeTokens: f.specToks, Acceptance: f.specAcc, DraftModel: f.specDraft, DraftQuantization: f.specQuant}
 	}
 	return c, cat, nil
 }

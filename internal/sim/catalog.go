@@ -47,6 +47,9 @@ type GPU struct {
 	BandwidthGBs    float64            `yaml:"bandwidth_gbs" json:"bandwidth_gbs"`
 	InterconnectGBs float64            `yaml:"interconnect_gbs" json:"interconnect_gbs"`
 	PricePerHour    float64            `yaml:"price_per_hour" json:"price_per_hour"`
+	// Class is empty for datacentre accelerators and "cpu" or "edge" for
+	// the CPU and edge devices, which "ttft plan" leaves out unless asked.
+	Class string `yaml:"class,omitempty" json:"class,omitempty"`
 }
 
 // EngineProfile holds the calibratable efficiency factors and overheads of
@@ -77,6 +80,13 @@ type EngineProfile struct {
 	AllReduceLatencyUs float64 `yaml:"allreduce_latency_us" json:"allreduce_latency_us"`
 	LinkEff            float64 `yaml:"link_eff" json:"link_eff"`
 	ReserveGB          float64 `yaml:"reserve_gb" json:"reserve_gb"`
+	// DequantOverhead is the extra fraction of GEMM time weight-only
+	// formats (int8, int4, awq, gptq) spend unpacking weights to 16-bit.
+	DequantOverhead float64 `yaml:"dequant_overhead,omitempty" json:"dequant_overhead,omitempty"`
+	// Int8Activations: the engine quantizes activations to 8 bits and runs
+	// int8/int4 weights on the device's int8 dot-product units (llama.cpp's
+	// Q8_0 × Q4_0 path) instead of unpacking to 16-bit.
+	Int8Activations bool `yaml:"int8_activations,omitempty" json:"int8_activations,omitempty"`
 }
 
 // Catalog is the set of known models, GPUs and engine profiles.
@@ -185,6 +195,9 @@ func (c *Catalog) LoadFile(path string) error {
 	for i, e := range part.Engines {
 		if e.Name == "" {
 			return fmt.Errorf("catalog %s: engines[%d]: name is required", path, i)
+		}
+		if e.DequantOverhead < 0 {
+			return fmt.Errorf("catalog %s: engines[%d] (%s): dequant_overhead must not be negative", path, i, e.Name)
 		}
 		if e.APIOverheadMs < 0 || e.APIInflightMs < 0 {
 			return fmt.Errorf("catalog %s: engines[%d] (%s): api_overhead_ms and api_inflight_ms must not be negative", path, i, e.Name)

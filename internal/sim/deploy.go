@@ -10,10 +10,13 @@ import (
 // Config describes one simulated deployment (one replica). Field names follow
 // vLLM's engine arguments where they mean the same.
 type Config struct {
-	Model                string  `yaml:"model" json:"model"`
-	GPU                  string  `yaml:"gpu" json:"gpu"`
-	TensorParallelSize   int     `yaml:"tensor_parallel_size,omitempty" json:"tensor_parallel_size,omitempty"`
-	Quantization         string  `yaml:"quantization,omitempty" json:"quantization,omitempty"`     // "" or "fp8"
+	Model              string `yaml:"model" json:"model"`
+	GPU                string `yaml:"gpu" json:"gpu"`
+	TensorParallelSize int    `yaml:"tensor_parallel_size,omitempty" json:"tensor_parallel_size,omitempty"`
+	Quantization       string `yaml:"quantization,omitempty" json:"quantization,omitempty"` // "", fp8, int8, int4, awq, gptq
+	// QuantGroupSize is the number of weights sharing one 16-bit scale in
+	// the int8/int4/awq/gptq formats (0: 128, AWQ's and GPTQ's default).
+	QuantGroupSize       int     `yaml:"quant_group_size,omitempty" json:"quant_group_size,omitempty"`
 	KVCacheDtype         string  `yaml:"kv_cache_dtype,omitempty" json:"kv_cache_dtype,omitempty"` // "auto" or "fp8"
 	EnablePrefixCaching  bool    `yaml:"enable_prefix_caching,omitempty" json:"enable_prefix_caching,omitempty"`
 	MaxNumSeqs           int     `yaml:"max_num_seqs,omitempty" json:"max_num_seqs,omitempty"`
@@ -31,6 +34,13 @@ type Config struct {
 	Engine string `yaml:"engine,omitempty" json:"engine,omitempty"`
 	// Speculative decoding; zero NumSpeculativeTokens disables it.
 	Speculative SpecConfig `yaml:"speculative,omitempty" json:"speculative,omitzero"`
+	// KVRetention is the engine's KV policy: "" or "full" (vLLM: the whole
+	// sequence cached, prefix caching as configured), "sliding:W" (attend
+	// to the last W tokens; older blocks are freed) or "compress:R" (KV
+	// stored at 1/R of its bytes, e.g. low-bit KV: more blocks, less to
+	// read; attention FLOPs unchanged). Score-based eviction and per-turn
+	// compression are modelled per session only (SimulateSession).
+	KVRetention string `yaml:"kv_retention,omitempty" json:"kv_retention,omitempty"`
 	// Jitter is the relative standard deviation of step times (0 =
 	// deterministic); Seed makes it reproducible.
 	Jitter float64 `yaml:"jitter,omitempty" json:"jitter,omitempty"`
@@ -42,11 +52,15 @@ type Config struct {
 
 // SpecConfig is speculative decoding: k draft tokens per step, each accepted
 // with probability Acceptance; DraftModel (from the catalog) costs k decode
-// steps of its own per engine step; empty means a free drafter (n-gram).
+// steps of its own per engine step, its weights and its KV cache take memory
+// beside the target's; empty means a free drafter (n-gram).
 type SpecConfig struct {
 	NumSpeculativeTokens int     `yaml:"num_speculative_tokens,omitempty" json:"num_speculative_tokens,omitempty"`
 	Acceptance           float64 `yaml:"acceptance,omitempty" json:"acceptance,omitempty"`
 	DraftModel           string  `yaml:"draft_model,omitempty" json:"draft_model,omitempty"`
+	// DraftQuantization is the draft model's weight format ("": the
+	// target's Quantization; "bf16" forces 16-bit).
+	DraftQuantization string `yaml:"draft_quantization,omitempty" json:"draft_quantization,omitempty"`
 }
 
 // Deployment is a Config resolved against a catalog: everything the engine
@@ -64,6 +78,9 @@ type Deployment struct {
 	MaxNumSeqs          int
 	MaxNumBatchedTokens int
 	MaxModelLen         int
+	// Window is the sliding-window size in tokens (0: none), from
+	// KVRetention.
+	Window int
 
 	ComputeDtype string
 	WeightBytes  float64 // whole model
@@ -71,6 +88,13 @@ type Deployment struct {
 	KVBytesTok   float64 // per token, per GPU
 	KVGBPerGPU   float64
 	WeightGBGPU  float64
+	// Draft model (speculative decoding): weight bytes (per GPU: the draft
+	// is replicated, not sharded) and KV bytes per token.
+	DraftWeightBytes float64
+	DraftKVBytesTok  float64
+	// WeightOnly: int8/int4 weights are unpacked to 16-bit before the
+	// matrix multiply, costing the profile's dequant_overhead.
+	WeightOnly bool
 
 	peakFLOPS float64 // per GPU, compute dtype
 	peak16    float64 // per GPU, 16-bit
@@ -81,6 +105,7 @@ type Deployment struct {
 	attnDim        float64
 	// MoE: bytes of non-expert weights and of one expert across layers.
 	denseBytes, expertBytes float64
+	draftFmt                weightFormat
 }
 
 // Defaults fills unset fields with vLLM's defaults.
@@ -133,19 +158,12 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if m.KVHeads%tp != 0 && tp%m.KVHeads != 0 {
 		return nil, fmt.Errorf("tensor parallel size %d and %s's %d KV heads: one must divide the other", tp, m.Name, m.KVHeads)
 	}
-	switch strings.ToLower(cfg.Quantization) {
-	case "", "none", "auto", "bf16", "fp16":
-		d.BytesPerW = 2
-	case "fp8":
-		d.BytesPerW = 1
-	case "int8", "w8a16":
-		d.BytesPerW = 1 // weight-only: math stays 16-bit
-	case "int4", "awq", "gptq":
-		// 4-bit weights plus a 16-bit scale per group of 128.
-		d.BytesPerW = 0.5 + 2.0/128
-	default:
-		return nil, fmt.Errorf("unknown quantization %q (known: fp8, int8, awq/gptq/int4; empty for bf16/fp16)", cfg.Quantization)
+	wf, err := parseWeightFormat(cfg.Quantization, cfg.QuantGroupSize)
+	if err != nil {
+		return nil, err
 	}
+	d.BytesPerW = wf.bytesPerW
+	d.WeightOnly = wf.weightOnly
 	kvBytes := 2.0
 	switch strings.ToLower(cfg.KVCacheDtype) {
 	case "auto", "bf16", "fp16":
@@ -162,6 +180,9 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	}
 	if strings.EqualFold(cfg.Quantization, "fp8") && g.TFLOPS["fp8"] > 0 {
 		d.ComputeDtype = "fp8"
+	}
+	if prof.Int8Activations && (wf.name == "int4" || wf.name == "int8") && g.TFLOPS["int8"] > 0 {
+		d.ComputeDtype = "int8"
 	}
 	d.peakFLOPS = g.TFLOPS[d.ComputeDtype] * 1e12
 	d.peak16 = g.TFLOPS["bf16"] * 1e12
@@ -187,28 +208,72 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if !m.TiedEmbeddings {
 		headShare = 2 * emb
 	}
-	d.WeightBytes = params * d.BytesPerW
+	d.WeightBytes = wf.modelBytes(m)
 	d.linearFlopsTok = 2 * math.Max(active-headShare, active*0.5)
 	d.headFlopsSeq = 2 * emb
 	d.attnDim = float64(m.Heads * m.HeadDim)
 	if m.Experts > 0 {
+		// The embedding table and head may keep 16-bit (awq/gptq); the
+		// dense share absorbs the difference.
 		perExpert := (params - active) / float64(m.Experts-m.ActiveExperts)
 		d.expertBytes = perExpert * d.BytesPerW
-		d.denseBytes = (active - float64(m.ActiveExperts)*perExpert) * d.BytesPerW
+		d.denseBytes = d.WeightBytes - float64(m.Experts)*d.expertBytes
 	}
 	kvHeadsGPU := math.Max(1, float64(m.KVHeads)/float64(tp))
 	d.KVBytesTok = 2 * float64(m.Layers) * kvHeadsGPU * float64(m.HeadDim) * kvBytes
+	if cfg.KVRetention != "" {
+		r, err := ParseRetention(cfg.KVRetention)
+		if err != nil {
+			return nil, err
+		}
+		switch r.Kind {
+		case "full":
+		case "sliding":
+			d.Window = r.Window
+		case "compress":
+			d.KVBytesTok /= r.Ratio
+		default:
+			return nil, fmt.Errorf("kv retention %q is modelled per session only (sim.SimulateSession); the engine takes full, sliding:W or compress:R", cfg.KVRetention)
+		}
+	}
+
+	sp := cfg.Speculative
+	if sp.NumSpeculativeTokens < 0 || sp.Acceptance < 0 || sp.Acceptance >= 1 && sp.NumSpeculativeTokens > 0 {
+		return nil, fmt.Errorf("speculative decoding needs num_speculative_tokens ≥ 0 and acceptance in [0, 1), got %d and %g", sp.NumSpeculativeTokens, sp.Acceptance)
+	}
+	if sp.DraftModel != "" {
+		dm, err := cat.Model(sp.DraftModel)
+		if err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		cp := *dm
+		d.Draft = &cp
+		dq := sp.DraftQuantization
+		if dq == "" {
+			dq = cfg.Quantization
+		}
+		dwf, err := parseWeightFormat(dq, cfg.QuantGroupSize)
+		if err != nil {
+			return nil, fmt.Errorf("draft model: %w", err)
+		}
+		d.draftFmt = dwf
+		// The draft runs unsharded on every GPU of the group (vLLM's
+		// draft_tensor_parallel_size=1), with its own KV cache in the same
+		// blocks as the target's, so it shrinks the target's KV cache.
+		d.DraftWeightBytes = dwf.modelBytes(&cp)
+		d.DraftKVBytesTok = 2 * float64(cp.Layers) * float64(cp.KVHeads) * float64(cp.HeadDim) * kvBytes
+	}
 
 	// Memory per GPU: vLLM gives the KV cache what is left of
 	// memory × utilisation after the weights and the profiled activations.
 	budget := g.MemoryGB * cfg.GPUMemoryUtilization
-	d.WeightGBGPU = d.WeightBytes / float64(tp) / 1e9
+	d.WeightGBGPU = (d.WeightBytes/float64(tp) + d.DraftWeightBytes) / 1e9
 	d.KVGBPerGPU = budget - d.WeightGBGPU - prof.ReserveGB
 	if d.KVGBPerGPU <= 0 {
 		return nil, fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
 			m.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, g.MemoryGB, cfg.GPUMemoryUtilization, prof.ReserveGB)
 	}
-	d.NumBlocks = int(d.KVGBPerGPU * 1e9 / (d.KVBytesTok * float64(d.BlockSize)))
+	d.NumBlocks = int(d.KVGBPerGPU * 1e9 / ((d.KVBytesTok + d.DraftKVBytesTok) * float64(d.BlockSize)))
 	if d.NumBlocks*d.BlockSize < d.MaxModelLen {
 		return nil, fmt.Errorf("max model length %d is larger than the %d tokens the KV cache can hold on %d× %s (%.1f GB per GPU); lower --max-model-len or raise --gpu-memory-utilization",
 			d.MaxModelLen, d.NumBlocks*d.BlockSize, tp, g.Name, d.KVGBPerGPU)
@@ -239,18 +304,6 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	}
 	if d.MaxNumBatchedTokens < d.MaxNumSeqs {
 		return nil, fmt.Errorf("max-num-batched-tokens %d must be at least max-num-seqs %d", d.MaxNumBatchedTokens, d.MaxNumSeqs)
-	}
-	sp := cfg.Speculative
-	if sp.NumSpeculativeTokens < 0 || sp.Acceptance < 0 || sp.Acceptance >= 1 && sp.NumSpeculativeTokens > 0 {
-		return nil, fmt.Errorf("speculative decoding needs num_speculative_tokens ≥ 0 and acceptance in [0, 1), got %d and %g", sp.NumSpeculativeTokens, sp.Acceptance)
-	}
-	if sp.DraftModel != "" {
-		dm, err := cat.Model(sp.DraftModel)
-		if err != nil {
-			return nil, fmt.Errorf("draft model: %w", err)
-		}
-		cp := *dm
-		d.Draft = &cp
 	}
 	if cfg.Jitter < 0 || cfg.Jitter > 1 {
 		return nil, fmt.Errorf("jitter %g must be in [0, 1]", cfg.Jitter)
@@ -314,7 +367,13 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	}
 	gemm := d.linearFlopsTok*T + d.headFlopsSeq*float64(l.seqs)
 	attn := 4 * float64(d.Model.Layers) * d.attnDim * l.attn
-	b.Compute = (gemm/(d.peakFLOPS*gemmEff) + attn/(d.peak16*eff)) / tp
+	gemmTime := gemm / (d.peakFLOPS * gemmEff)
+	if d.WeightOnly {
+		// Weight-only formats unpack every weight to 16-bit in registers
+		// before the multiply: extra ALU work proportional to the GEMMs.
+		gemmTime *= 1 + p.DequantOverhead
+	}
+	b.Compute = (gemmTime + attn/(d.peak16*eff)) / tp
 
 	wbytes := d.WeightBytes
 	if d.Model.Experts > 0 {
@@ -345,20 +404,26 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 }
 
 // draftStep is one decode step of the draft model for n sequences, run on
-// the same GPUs (weights replicated, so no all-reduce), at 16-bit.
+// the same GPUs (weights replicated, so no all-reduce), with 16-bit math on
+// weights in the draft's own format.
 func (d *Deployment) draftStep(n int, ctx float64) float64 {
 	m := d.Draft
 	p := &d.Profile
 	N := float64(n)
 	params := m.ParamsB * 1e9
-	kvTok := 2 * float64(m.Layers) * float64(m.KVHeads) * float64(m.HeadDim) * 2
 	flops := 2*params*N + 4*float64(m.Layers)*float64(m.Heads*m.HeadDim)*ctx
 	peak := d.GPU.TFLOPS["bf16"]
 	if peak <= 0 {
 		peak = d.GPU.TFLOPS["fp16"]
 	}
+	if p.Int8Activations && (d.draftFmt.name == "int4" || d.draftFmt.name == "int8") && d.GPU.TFLOPS["int8"] > 0 {
+		peak = d.GPU.TFLOPS["int8"]
+	}
 	tc := flops / (peak * 1e12 * p.ComputeEffMax * N / (N + p.ComputeHalfTokens))
-	tm := (params*2 + kvTok*ctx) / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
+	if d.draftFmt.weightOnly {
+		tc *= 1 + p.DequantOverhead
+	}
+	tm := (d.DraftWeightBytes + d.DraftKVBytesTok*ctx) / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
 	return math.Max(tc, tm) + p.StepOverheadMs*1e-3*0.25
 }
 
@@ -384,3 +449,12 @@ func (d *Deployment) APIDelay(others int) time.Duration {
 
 // String is Name, for fmt.
 func (d *Deployment) String() string { return d.Name() }
+
+// FootprintBytes is the memory one replica's GPU (or device) holds for a
+// single sequence of the given length: the weights (the target's share plus
+// the replicated draft) and that sequence's KV cache, target and draft.
+// The rest of the KV pool is preallocated by vLLM-style engines; this is
+// the floor a llama.cpp-style engine sized to one session would use.
+func (d *Deployment) FootprintBytes(tokens int) float64 {
+	return d.WeightBytes/float64(d.TP) + d.DraftWeightBytes + float64(tokens)*(d.KVBytesTok+d.DraftKVBytesTok)
+}

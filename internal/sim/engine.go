@@ -35,6 +35,7 @@ type Seq struct {
 	numComputed     int
 	blocks          []int32
 	numHashedBlocks int
+	numReleased     int // leading block slots released by a sliding window
 	specAcc         float64
 	aborted         bool
 }
@@ -354,7 +355,13 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		c := float64(b.s.numComputed)
 		n := float64(b.n)
 		l.tokens += b.n
-		l.attn += n * (c + n/2)
+		if w := float64(d.Window); w > 0 {
+			// Sliding window: each new token attends to at most W.
+			l.attn += n * math.Min(c+n/2, w)
+			c = math.Min(c, w)
+		} else {
+			l.attn += n * (c + n/2)
+		}
 		l.ctxRead += c
 		if b.s.numComputed == b.s.numTokens()-1 {
 			l.decodes++
@@ -401,6 +408,9 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		e.stats.ComputedTokens += int64(b.n)
 		if len(s.hashes) > 0 {
 			e.kv.commit(s)
+		}
+		if d.Window > 0 {
+			e.kv.slide(s, d.Window)
 		}
 		if produced > 0 {
 			e.stats.GenTokens += int64(produced)

@@ -28,12 +28,26 @@ func checkKV(t *testing.T, e *Engine) {
 	want := make([]int32, k.numBlocks())
 	for _, s := range e.running {
 		seen := map[int32]bool{}
-		for _, b := range s.blocks {
+		held := 0
+		for i, b := range s.blocks {
+			if b < 0 {
+				if e.d.Window == 0 || i >= s.numReleased {
+					t.Fatalf("seq %d: block slot %d released (window %d, %d released)", s.ID, i, e.d.Window, s.numReleased)
+				}
+				continue
+			}
+			held++
 			if seen[b] {
 				t.Fatalf("seq %d holds block %d twice", s.ID, b)
 			}
 			seen[b] = true
 			want[b]++
+		}
+		// A sliding window never holds more than W tokens' worth of blocks,
+		// plus the partly filled blocks at either end and a speculative
+		// step's look-ahead.
+		if w := e.d.Window; w > 0 && held*d16(e) > w+3*d16(e) {
+			t.Fatalf("seq %d holds %d blocks (%d tokens) with a %d-token window", s.ID, held, held*d16(e), w)
 		}
 		if need := (s.numComputed + d16(e) - 1) / d16(e); len(s.blocks) < need {
 			t.Fatalf("seq %d computed %d tokens but holds only %d blocks", s.ID, s.numComputed, len(s.blocks))
@@ -91,6 +105,9 @@ func TestEngineProperties(t *testing.T) {
 			d := smallDeployment(t, blocks, 2+rng.IntN(30), 64+rng.IntN(512), seed%3 != 0)
 			if seed%4 == 0 {
 				d.Config.Speculative = SpecConfig{NumSpeculativeTokens: 3, Acceptance: 0.6}
+			}
+			if seed%3 == 1 {
+				d.Window = 16 + rng.IntN(200) // sliding-window retention
 			}
 			if seed%5 == 0 {
 				d.Config.Scheduler, d.Config.DisableChunkedPrefill = "v0", true

@@ -154,6 +154,9 @@ func (k *kvCache) commit(s *Seq) {
 	for j := s.numHashedBlocks; j < full; j++ {
 		h := s.hashes[j]
 		b := s.blocks[j]
+		if b < 0 {
+			continue // released by a sliding window
+		}
 		if _, dup := k.cache[h]; !dup && !k.hashed[b] {
 			k.hash[b], k.hashed[b] = h, true
 			k.cache[h] = b
@@ -169,6 +172,9 @@ func (k *kvCache) commit(s *Seq) {
 func (k *kvCache) free(s *Seq) {
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		b := s.blocks[i]
+		if b < 0 {
+			continue // already released by a sliding window
+		}
 		k.ref[b]--
 		if k.ref[b] == 0 {
 			k.pushTail(b)
@@ -176,6 +182,37 @@ func (k *kvCache) free(s *Seq) {
 	}
 	s.blocks = s.blocks[:0]
 	s.numHashedBlocks = 0
+	s.numReleased = 0
+}
+
+// slide releases the blocks of s that lie wholly before its last window
+// computed tokens: sliding-window attention never reads them again. Their
+// slots stay as -1 so that block indices keep matching prompt positions
+// (the prefix-cache hashes). Released blocks keep their hashes in the free
+// queue, oldest first, so a later turn can still hit them until reused.
+func (k *kvCache) slide(s *Seq, window int) {
+	drop := min((s.numComputed-window)/k.blockSize, len(s.blocks))
+	for j := s.numReleased; j < drop; j++ {
+		if b := s.blocks[j]; b >= 0 {
+			k.ref[b]--
+			if k.ref[b] == 0 {
+				k.pushTail(b)
+			}
+			s.blocks[j] = -1
+		}
+	}
+	s.numReleased = max(s.numReleased, drop)
+}
+
+// heldBlocks counts the blocks s holds (released slots excluded).
+func (s *Seq) heldBlocks() int {
+	n := 0
+	for _, b := range s.blocks {
+		if b >= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // blockHashes computes the hash chain of the full blocks of tokens: each

@@ -71,7 +71,11 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 	}
 	gpus := req.GPUs
 	if len(gpus) == 0 {
-		gpus = cat.GPUNames()
+		for _, name := range cat.GPUNames() {
+			if g, err := cat.GPU(name); err == nil && g.Class == "" {
+				gpus = append(gpus, name) // CPU/edge devices only when named
+			}
+		}
 	}
 	tps := req.TPs
 	if len(tps) == 0 {

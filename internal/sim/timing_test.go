@@ -24,7 +24,12 @@ func TestTimingGolden(t *testing.T) {
 		{Model: "llama-3-70b", GPU: "h100-sxm", TensorParallelSize: 4, Quantization: "fp8"},
 		{Model: "mixtral-8x7b", GPU: "h100-sxm", TensorParallelSize: 2},
 		{Model: "qwen2.5-72b", GPU: "mi300x"},
-		{Model: "llama-3.1-8b", GPU: "h100-sxm", Speculative: SpecConfig{NumSpeculativeTokens: 4, Acceptance: 0.8, DraftModel: "llama-2-7b"}},
+		{Model: "llama-3.1-8b", GPU: "h100-sxm", Speculative: SpecConfig{NumSpeculativeTokens: 4, Acceptance: 0.8, DraftModel: "llama-3.2-1b"}},
+		{Model: "llama-3.1-8b", GPU: "a100-80gb", Quantization: "awq"},
+		{Model: "llama-3.1-8b", GPU: "l4", Quantization: "int4", QuantGroupSize: 32, MaxModelLen: 32768},
+		{Model: "llama-3-8b", GPU: "raspberry-pi-5", Engine: "llamacpp", Quantization: "int4"},
+		{Model: "llama-3-8b", GPU: "apple-m2-pro", Engine: "llamacpp", Quantization: "int8"},
+		{Model: "llama-3.1-70b", GPU: "xeon-8480", Engine: "llamacpp", Quantization: "int4", MaxModelLen: 8192},
 	}
 	var b strings.Builder
 	fmt.Fprintln(&b, "deployment | kv_blocks | prefill128 ms | prefill2048 ms | prefill2048@2048 ms | decode b1 c1k ms | decode b64 c2k ms | decode b256 c2k ms")
