@@ -6,6 +6,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -314,6 +315,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			printSimSummary(env, d, sum)
 			if drift := workload.TurnDrift(recs); len(drift) > 0 {
 				workload.PrintTurnDrift(env.Stdout, drift)
+				if line := sessionMemory(d, recs); line != "" {
+					fmt.Fprintln(env.Stdout, line)
+				}
 				if err := record.WriteJSON(filepath.Join(out, "turns.json"), drift); err != nil {
 					return failErr("%v", err)
 				}
@@ -599,4 +603,43 @@ func parsePrices(s string) (map[string]float64, error) {
 		m[strings.ToLower(strings.TrimSpace(k))] = f
 	}
 	return m, nil
+}
+
+// sessionMemory reports the KV cache a multi-turn session holds after its
+// last turn under the deployment's retention policy (article §3.3's
+// "memory per session"), per GPU.
+func sessionMemory(d *sim.Deployment, recs []record.Record) string {
+	last := map[string]int{} // session -> context length after its last turn
+	for i := range recs {
+		r := &recs[i]
+		if r.Session == "" || !r.OK() {
+			continue
+		}
+		if n := r.PromptTokens + r.OutputTokens(); n > last[r.Session] {
+			last[r.Session] = n
+		}
+	}
+	if len(last) == 0 {
+		return ""
+	}
+	pol := sim.Retention{Kind: "full"}
+	if d.Config.KVRetention != "" {
+		if p, err := sim.ParseRetention(d.Config.KVRetention); err == nil {
+			pol = p
+		}
+	}
+	var sum, peak float64
+	for _, n := range last {
+		held := float64(n)
+		if pol.Kind == "sliding" {
+			held = math.Min(held, float64(pol.Window))
+		}
+		// Compression is already in KVBytesTok (the engine stores KV at
+		// 1/R of its bytes).
+		b := held * (d.KVBytesTok + d.DraftKVBytesTok)
+		sum += b
+		peak = math.Max(peak, b)
+	}
+	return fmt.Sprintf("KV cache per session after its last turn (%s, per GPU): mean %.2f GB, max %.2f GB over %d sessions",
+		pol, sum/float64(len(last))/1e9, peak/1e9, len(last))
 }

@@ -108,7 +108,19 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 	}
 	// fetch gets the next request, waiting at most opt.NextWait while others
 	// are in flight (a multi-turn source may be waiting for one of them).
+	poll, _ := src.(workload.PollSource)
 	fetch := func() error {
+		if poll != nil {
+			// Deterministic: ask without waiting; nothing ready means the
+			// source waits on a reply the engine has yet to produce.
+			r, ok, err := poll.TryNext()
+			if !ok && err == nil {
+				return nil
+			}
+			ch := make(chan nextResult, 1)
+			ch <- nextResult{r, err}
+			pending = ch
+		}
 		if pending == nil && fb == nil {
 			r, err := src.Next(ctx)
 			ch := make(chan nextResult, 1)
@@ -124,7 +136,7 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 			}()
 		}
 		var res nextResult
-		if fb == nil {
+		if fb == nil || poll != nil {
 			// A plain source cannot depend on our replies: no need to guard
 			// against it blocking on them.
 			res = <-pending

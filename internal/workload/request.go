@@ -64,3 +64,13 @@ type FeedbackSource interface {
 	Source
 	Done(req *Request, res Result)
 }
+
+// PollSource is a Source that can say "nothing until a reply" without
+// blocking. Simulators on a virtual clock use it so that a multi-turn run
+// does not depend on goroutine timing and repeats exactly.
+type PollSource interface {
+	Source
+	// TryNext returns the next request if one is ready (ok true), ok false
+	// when every pending request waits on a reply, or io.EOF at the end.
+	TryNext() (req *Request, ok bool, err error)
+}

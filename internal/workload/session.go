@@ -190,42 +190,56 @@ func (s *Sessions) Next(ctx context.Context) (*Request, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		// Take the wake-up channel before looking, so a Done in between
+		// cannot be missed.
 		s.mu.Lock()
-		origin := s.originLocked()
-		if len(s.ready) > 0 {
-			t := heap.Pop(&s.ready).(*sessionTurn)
-			if !t.readyAt.IsZero() {
-				t.at = max(t.readyAt.Sub(origin), 0)
-			}
-			idx := s.nextIdx
-			s.nextIdx++
-			s.inflight++
-			s.mu.Unlock()
-			r, err := s.build(t, idx)
-			if err != nil {
-				s.mu.Lock()
-				s.inflight--
-				s.endSession()
-				s.mu.Unlock()
-				return nil, err
-			}
-			s.mu.Lock()
-			s.byReq[r] = t.s
-			s.mu.Unlock()
-			return r, nil
-		}
-		if s.ended >= s.opt.Sessions {
-			s.mu.Unlock()
-			return nil, io.EOF
-		}
 		ch := s.changed
 		s.mu.Unlock()
+		r, ok, err := s.TryNext()
+		if ok || err != nil {
+			return r, err
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-ch:
 		}
 	}
+}
+
+// TryNext is Next without waiting: ok is false while every open session
+// waits for a reply.
+func (s *Sessions) TryNext() (*Request, bool, error) {
+	s.mu.Lock()
+	origin := s.originLocked()
+	if len(s.ready) > 0 {
+		t := heap.Pop(&s.ready).(*sessionTurn)
+		if !t.readyAt.IsZero() {
+			t.at = max(t.readyAt.Sub(origin), 0)
+		}
+		idx := s.nextIdx
+		s.nextIdx++
+		s.inflight++
+		s.mu.Unlock()
+		r, err := s.build(t, idx)
+		if err != nil {
+			s.mu.Lock()
+			s.inflight--
+			s.endSession()
+			s.mu.Unlock()
+			return nil, false, err
+		}
+		s.mu.Lock()
+		s.byReq[r] = t.s
+		s.mu.Unlock()
+		return r, true, nil
+	}
+	ended := s.ended >= s.opt.Sessions
+	s.mu.Unlock()
+	if ended {
+		return nil, false, io.EOF
+	}
+	return nil, false, nil
 }
 
 // build makes the request for a session's next turn. Only the session's
