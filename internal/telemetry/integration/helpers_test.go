@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,8 +130,18 @@ func quantileTTFT(recs []record.Record, q float64) float64 {
 
 // process runs a binary until the test ends, keeping its output for failures.
 type process struct {
-	cmd *exec.Cmd
-	out *bytes.Buffer
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan struct{}
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func startProcess(t *testing.T, bin string, env []string, args ...string) *process {
@@ -142,6 +153,7 @@ func startProcess(t *testing.T, bin string, env []string, args ...string) *proce
 		t.Fatalf("starting %s: %v", bin, err)
 	}
 	exited := make(chan struct{})
+	p.done = exited
 	go func() { p.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(os.Interrupt)
@@ -165,28 +177,47 @@ func tail(s string, n int) string {
 	return s
 }
 
-// waitHTTP polls url until it answers 200, for at most d.
-func waitHTTP(t *testing.T, url string, d time.Duration, p *process) {
+// startRetrying launches a server on freshly picked ports until it comes up:
+// ports are picked by binding :0 and closing, so another process can take
+// one before the server binds it ("address already in use"). launch starts
+// one attempt and returns the process and the URL that answers 200 when
+// ready.
+func startRetrying(t *testing.T, d time.Duration, launch func() (*process, string)) *process {
 	t.Helper()
+	var p *process
+	var url string
+	for attempt := 1; attempt <= 3; attempt++ {
+		p, url = launch()
+		if ready(url, d, p) {
+			return p
+		}
+		if p.cmd.ProcessState == nil || !strings.Contains(p.out.String(), "address already in use") {
+			break
+		}
+		t.Logf("attempt %d: a port was taken before the server bound it; retrying with new ports", attempt)
+	}
+	t.Fatalf("%s not ready after %s\n%s", url, d, tail(p.out.String(), 3000))
+	return nil
+}
+
+// ready polls url until it answers 200 (true), the process exits or d
+// passes (false).
+func ready(url string, d time.Duration, p *process) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true
 			}
 		}
-		if p != nil && p.cmd.ProcessState != nil {
-			break
+		if p != nil && p.exited() {
+			return false
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	out := ""
-	if p != nil {
-		out = tail(p.out.String(), 3000)
-	}
-	t.Fatalf("%s not ready after %s\n%s", url, d, out)
+	return false
 }
 
 // promResult is the data part of a Prometheus /api/v1/query answer.

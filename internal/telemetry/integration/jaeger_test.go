@@ -141,17 +141,20 @@ func TestTracesReachJaeger(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	otlp, queryHTTP, queryGRPC, health := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	var otlp, query string
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "jaeger.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, health, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// OTEL_SDK_DISABLED keeps Jaeger from tracing itself to the default
-	// localhost:4317, which is not ours.
-	j := startProcess(t, jaegerBin, []string{"OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none"}, "--config", cfg)
-	query := "http://" + queryHTTP
-	waitHTTP(t, query+"/api/services", 90*time.Second, j)
+	startRetrying(t, 90*time.Second, func() (*process, string) {
+		var queryHTTP, queryGRPC, health string
+		otlp, queryHTTP, queryGRPC, health = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		cfg := filepath.Join(dir, "jaeger.yaml")
+		if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, health, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		query = "http://" + queryHTTP
+		// OTEL_SDK_DISABLED keeps Jaeger from tracing itself to the default
+		// localhost:4317, which is not ours.
+		return startProcess(t, jaegerBin, []string{"OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none"}, "--config", cfg), query + "/api/services"
+	})
 
 	env := func(service string) func(string) string {
 		return func(k string) string {

@@ -68,11 +68,13 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promAddr := freeAddr(t)
-	prom := startProcess(t, promBin, nil, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr, "--log.level=warn")
-	base := "http://" + promAddr
-	waitHTTP(t, base+"/-/ready", 60*time.Second, prom)
+	var base string
+	startRetrying(t, 60*time.Second, func() (*process, string) {
+		promAddr := freeAddr(t)
+		base = "http://" + promAddr
+		return startProcess(t, promBin, nil, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+			"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr, "--log.level=warn"), base + "/-/ready"
+	})
 	// Prometheus hands targets to its scrapers only every 5 s after start;
 	// wait until every target has been scraped at least twice, so that
 	// rate() over the load has samples on both sides.
