@@ -65,11 +65,9 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 }
 
 func (f *simDeployFlags) build() (sim.Config, *sim.Catalog, error) {
-	cat := sim.DefaultCatalog()
-	for _, p := range f.catalogs {
-		if err := cat.LoadFile(p); err != nil {
-			return sim.Config{}, nil, usageErr("--catalog: %v", err)
-		}
+	cat, err := loadCatalog(f.catalogs)
+	if err != nil {
+		return sim.Config{}, nil, err
 	}
 	c := f.cfg
 	c.DisableChunkedPrefill = f.noChunked
@@ -393,11 +391,9 @@ func newSimValidateCmd(env *Env) *cobra.Command {
 		Short: "Print predicted vs published TTFT with each row's error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat := sim.DefaultCatalog()
-			for _, p := range catalogs {
-				if err := cat.LoadFile(p); err != nil {
-					return usageErr("--catalog: %v", err)
-				}
+			cat, err := loadCatalog(catalogs)
+			if err != nil {
+				return err
 			}
 			rows, err := sim.Validate(cat, sim.ValidationSet)
 			if err != nil {
@@ -443,11 +439,9 @@ func newSimCatalogCmd(env *Env) *cobra.Command {
 		Short: "List the known models, GPUs and engine profiles",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat := sim.DefaultCatalog()
-			for _, p := range catalogs {
-				if err := cat.LoadFile(p); err != nil {
-					return usageErr("--catalog: %v", err)
-				}
+			cat, err := loadCatalog(catalogs)
+			if err != nil {
+				return err
 			}
 			tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODEL\tPARAMS (B)\tLAYERS\tHIDDEN\tHEADS/KV\tMAX LEN\t")
@@ -500,11 +494,9 @@ func newPlanCmd(env *Env) *cobra.Command {
   ttft plan --model llama-3.1-8b --rate 50 --gpu l4,a10g,h100-sxm --itl-p95 40`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat := sim.DefaultCatalog()
-			for _, p := range catalogs {
-				if err := cat.LoadFile(p); err != nil {
-					return usageErr("--catalog: %v", err)
-				}
+			cat, err := loadCatalog(catalogs)
+			if err != nil {
+				return err
 			}
 			req.Catalog, req.GPUs, req.TPs, req.Seed = cat, gpus, tps, uint64(seed)
 			switch fp8 {
@@ -642,4 +634,15 @@ func sessionMemory(d *sim.Deployment, recs []record.Record) string {
 	}
 	return fmt.Sprintf("KV cache per session after its last turn (%s, per GPU): mean %.2f GB, max %.2f GB over %d sessions",
 		pol, sum/float64(len(last))/1e9, peak/1e9, len(last))
+}
+
+// loadCatalog is the embedded catalog extended by the --catalog files.
+func loadCatalog(paths []string) (*sim.Catalog, error) {
+	cat := sim.DefaultCatalog()
+	for _, p := range paths {
+		if err := cat.LoadFile(p); err != nil {
+			return nil, usageErr("--catalog: %v", err)
+		}
+	}
+	return cat, nil
 }
