@@ -44,6 +44,7 @@ type benchOptions struct {
 	Temperature   float64
 	NoTemperature bool
 	NoUsage       bool
+	MaxTokensKey  string
 	ExtraBody     string
 	SelfCheck     bool
 	NoProgress    bool
@@ -102,6 +103,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 	f.BoolVar(&o.NoTemperature, "no-temperature", false, "send no temperature (for models that refuse one)")
 	f.BoolVar(&o.NoUsage, "no-usage", false, "do not ask for stream_options.include_usage (servers that reject it)")
 	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
+	f.StringVar(&o.MaxTokensKey, "max-tokens-field", "max_tokens", "OpenAI body field for --max-tokens: max_tokens, or max_completion_tokens for OpenAI's reasoning models")
 	f.BoolVar(&o.SelfCheck, "self-check", false, "measure this client's own added TTFT error and event rate against an exact-timing server")
 	f.BoolVar(&o.NoProgress, "no-progress", false, "no live progress on stderr")
 	f.StringArrayVar(&o.Labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
@@ -135,7 +137,10 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	if o.MaxErrorRate < 0 || o.MaxErrorRate > 1 {
 		return record.Summary{}, usageErr("--max-error-rate must be between 0 and 1, got %v", o.MaxErrorRate)
 	}
-	reqOpt := wire.RequestOptions{Temperature: o.Temperature, NoTemperature: o.NoTemperature, NoUsage: o.NoUsage, Headers: http.Header{}}
+	if o.MaxTokensKey != "max_tokens" && o.MaxTokensKey != "max_completion_tokens" {
+		return record.Summary{}, usageErr("--max-tokens-field must be max_tokens or max_completion_tokens, got %q", o.MaxTokensKey)
+	}
+	reqOpt := wire.RequestOptions{Temperature: o.Temperature, NoTemperature: o.NoTemperature, NoUsage: o.NoUsage, Headers: http.Header{}, MaxTokensField: o.MaxTokensKey}
 	for _, h := range o.Headers {
 		k, v, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(k) == "" {

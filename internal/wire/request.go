@@ -47,6 +47,10 @@ type RequestOptions struct {
 	NoUsage bool
 	// ExtraBody is merged into the JSON body (--extra-body).
 	ExtraBody map[string]any
+	// MaxTokensField names the OpenAI output cap: "max_tokens" (default,
+	// what vLLM, SGLang, TGI, llama.cpp and Ollama read) or
+	// "max_completion_tokens" (OpenAI's reasoning models refuse the former).
+	MaxTokensField string
 }
 
 // BaseURL normalises a target: scheme and host, with any trailing "/" and
@@ -143,7 +147,11 @@ func Body(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
 
 func openAICommon(m map[string]any, req *workload.Request, opt *RequestOptions) {
 	if req.MaxTokens > 0 {
-		m["max_tokens"] = req.MaxTokens
+		field := opt.MaxTokensField
+		if field == "" {
+			field = "max_tokens"
+		}
+		m[field] = req.MaxTokens
 	}
 	if !opt.NoUsage {
 		m["stream_options"] = map[string]any{"include_usage": true}

@@ -83,3 +83,18 @@ func TestBodies(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxTokensField(t *testing.T) {
+	req := &workload.Request{Prompt: "hi", MaxTokens: 7}
+	for field, want := range map[string]string{"": "max_tokens", "max_completion_tokens": "max_completion_tokens"} {
+		b, err := Body(OpenAIChat, req, &RequestOptions{Model: "m", MaxTokensField: field})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		if m[want] != float64(7) || (want != "max_tokens" && m["max_tokens"] != nil) {
+			t.Errorf("field %q: body %s", field, b)
+		}
+	}
+}
