@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,7 @@ type benchOptions struct {
 	Temperature   float64
 	NoTemperature bool
 	NoUsage       bool
+	Insecure      bool
 	MaxTokensKey  string
 	ExtraBody     string
 	SelfCheck     bool
@@ -101,6 +103,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 	f.IntVar(&o.MaxEventBytes, "max-event-bytes", 8<<20, "largest stream line or event accepted")
 	f.Float64Var(&o.Temperature, "temperature", 0.7, "sampling temperature sent with each request")
 	f.BoolVar(&o.NoTemperature, "no-temperature", false, "send no temperature (for models that refuse one)")
+	f.BoolVar(&o.Insecure, "insecure", false, "do not verify the target's TLS certificate (self-signed internal endpoints)")
 	f.BoolVar(&o.NoUsage, "no-usage", false, "do not ask for stream_options.include_usage (servers that reject it)")
 	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
 	f.StringVar(&o.MaxTokensKey, "max-tokens-field", "max_tokens", "OpenAI body field for --max-tokens: max_tokens, or max_completion_tokens for OpenAI's reasoning models")
@@ -204,6 +207,10 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	if err != nil {
 		return record.Summary{}, err
 	}
+	transport := bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64))
+	if o.Insecure {
+		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // the user asked: self-signed internal endpoints
+	}
 	runner, err := bench.New(bench.Options{
 		API: api, BaseURL: tgt.base, Request: reqOpt,
 		Concurrency: o.load.Concurrency, Rate: o.load.Rate, Arrival: o.load.Arrival, Burstiness: o.load.Burstiness,
@@ -213,7 +220,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
 		Sinks: []bench.Sink{jsonl}, Observers: observers,
 		// W3C trace context of each request's span goes to the server.
-		Client: &http.Client{Transport: telemetry.Transport(bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64)))},
+		Client: &http.Client{Transport: telemetry.Transport(transport)},
 	})
 	if err != nil {
 		return record.Summary{}, usageErr("%v", err)
@@ -331,7 +338,13 @@ func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API,
 		return benchTarget{}, noop, usageErr("--target: %v", err)
 	}
 	t := benchTarget{base: base, model: o.Model, label: base, server: map[string]any{}}
-	models, hdr, err := listModels(ctx, base, api, reqOpt)
+	client := http.DefaultClient
+	if o.Insecure {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
+		client = &http.Client{Transport: tr}
+	}
+	models, hdr, err := listModels(ctx, client, base, api, reqOpt)
 	if err != nil {
 		var ue *unreachableError
 		if errors.As(err, &ue) {
@@ -361,7 +374,7 @@ type unreachableError struct{ err error }
 
 func (e *unreachableError) Error() string { return e.err.Error() }
 
-func listModels(ctx context.Context, base string, api wire.API, reqOpt *wire.RequestOptions) ([]string, http.Header, error) {
+func listModels(ctx context.Context, client *http.Client, base string, api wire.API, reqOpt *wire.RequestOptions) ([]string, http.Header, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
@@ -379,7 +392,7 @@ func listModels(ctx context.Context, base string, api wire.API, reqOpt *wire.Req
 			req.Header.Set("Authorization", "Bearer "+reqOpt.APIKey)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, nil, &unreachableError{err}
 	}

@@ -273,3 +273,18 @@ func TestTimingServerCommand(t *testing.T) {
 		t.Fatal("timing-server did not stop when stdin closed")
 	}
 }
+
+// A TLS target with a self-signed certificate: refused by default (one
+// clear sentence, exit 2), measured with --insecure.
+func TestBenchInsecureTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(bench.NewTimingServer(time.Millisecond, time.Millisecond, 3))
+	defer srv.Close()
+	code, _, stderr := runCLI(t, "bench", "--target", srv.URL, "-n", "2", "--no-progress", "--no-store", "--out", t.TempDir())
+	if code != ExitUsage || !strings.Contains(stderr, "cannot reach") {
+		t.Fatalf("self-signed target without --insecure: exit %d, %q", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL, "--insecure", "-n", "2", "--no-progress", "--no-store", "--out", t.TempDir())
+	if code != 0 {
+		t.Fatalf("with --insecure: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
