@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/http/httptrace"
 	"strconv"
 	"strings"
@@ -106,7 +107,9 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		fail(rec, record.ErrHTTPStatus, fmt.Errorf("HTTP %d: %s", resp.StatusCode, oneLine(body)))
 		return ""
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "" && !strings.Contains(ct, "event-stream") {
+	if ct := resp.Header.Get("Content-Type"); strings.Contains(ct, "json") {
+		return r.whole(resp, rec)
+	} else if ct != "" && !strings.Contains(ct, "event-stream") {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
 		rec.End = r.now()
 		fail(rec, record.ErrMalformed, fmt.Errorf("expected an event stream, got Content-Type %q: %s", ct, oneLine(body)))
@@ -201,6 +204,52 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
 	}
 	return out.String()
+}
+
+// whole records a server that answered stream: true with one JSON body (a
+// server or proxy that does not stream): everything arrives at once, so the
+// first token is the end, and the record says so.
+func (r *Runner) whole(resp *http.Response, rec *record.Record) string {
+	max := r.opt.MaxEventBytes
+	if max <= 0 {
+		max = sse.DefaultMaxEventBytes
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(max)+1))
+	rec.End = r.now()
+	if err != nil {
+		fail(rec, record.ErrStreamCut, fmt.Errorf("reading the JSON body: %w", err))
+		return ""
+	}
+	if len(body) > max {
+		fail(rec, record.ErrMalformed, fmt.Errorf("JSON body over %d bytes", max))
+		return ""
+	}
+	c, err := wire.DecodeWhole(r.opt.API, body)
+	if err != nil {
+		fail(rec, record.ErrMalformed, err)
+		return ""
+	}
+	if c.Err != "" {
+		fail(rec, record.ErrStreamError, errors.New(c.Err))
+		return ""
+	}
+	rec.NotStreamed = true
+	rec.FirstEvent = rec.End
+	text := c.Content + c.Reasoning + c.ToolArgs
+	if text != "" {
+		rec.FirstToken, rec.OutputEvents = rec.End, 1
+		if c.Content != "" {
+			rec.FirstContent = rec.End
+		}
+	}
+	rec.FinishReason = c.Finish
+	if u := c.Usage; u != nil {
+		rec.PromptTokensUsage, rec.OutputTokensUsage, rec.CachedPromptTokens = u.PromptTokens, u.CompletionTokens, u.CachedPromptTokens
+	}
+	if text == "" {
+		fail(rec, record.ErrNoTokens, errors.New("the response carried no text"))
+	}
+	return text
 }
 
 // netTrace collects httptrace callbacks. The transport calls them from its

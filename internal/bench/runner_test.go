@@ -104,6 +104,7 @@ func TestFaultsAreClassifiedAndTheRunGoesOn(t *testing.T) {
 		{"error-event", record.ErrStreamError},
 		{"stall", record.ErrTTFTTimeout},
 		{"no-done", ""},
+		{"json", ""},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			r, _ := New(Options{API: wire.OpenAIChat, BaseURL: srv.URL, Concurrency: 2, Requests: 3,
@@ -196,6 +197,22 @@ func TestInterruptKeepsCompletedRecords(t *testing.T) {
 	for _, rec := range sink.recs {
 		if rec.ErrorClass != record.ErrCanceled {
 			t.Fatalf("sink got %s", rec.ErrorClass)
+		}
+	}
+}
+
+func TestNonStreamedAnswerIsRecordedAsSuch(t *testing.T) {
+	srv := httptest.NewServer(NewTimingServer(20*time.Millisecond, time.Millisecond, 4))
+	defer srv.Close()
+	r, _ := New(Options{API: wire.OpenAIChat, BaseURL: srv.URL, Requests: 2,
+		Request: wire.RequestOptions{Model: "m", Headers: http.Header{"X-Test-Fault": {"json"}}}})
+	res, err := r.Run(context.Background(), fixedSource(t, 8, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range res.Records {
+		if !rec.OK() || !rec.NotStreamed || rec.TTFTMs != rec.E2EMs || rec.TTFTMs < 20 || rec.OutputTokensUsage != 2 || rec.OutputEvents != 1 {
+			t.Fatalf("%+v", rec)
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 // A request header X-Test-Fault makes it misbehave: "status" (HTTP 503),
 // "cut" (drop the connection after the first token), "malformed" (a broken
 // JSON chunk), "error-event" (a 200 whose stream carries an error),
-// "stall" (never send a token), "no-done" (end without [DONE]).
+// "stall" (never send a token), "no-done" (end without [DONE]), "json" (one
+// JSON body instead of a stream).
 type TimingServer struct {
 	FirstTokenDelay time.Duration
 	TokenInterval   time.Duration
@@ -77,6 +78,12 @@ func (s *TimingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fault := r.Header.Get("X-Test-Fault")
 	if fault == "status" {
 		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	if fault == "json" { // a server that ignores stream: true
+		time.Sleep(s.FirstTokenDelay)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":" tok0 tok1"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`)
 		return
 	}
 	n := s.Tokens

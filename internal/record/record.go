@@ -81,6 +81,10 @@ type Record struct {
 	ReasoningEvents       int `json:"reasoning_events,omitempty"`
 	MaxTokens             int `json:"max_tokens,omitempty"`
 
+	// NotStreamed marks a response that came as one JSON body although a
+	// stream was asked for: its first token is its end.
+	NotStreamed bool `json:"not_streamed,omitempty"`
+
 	Status       int    `json:"status,omitempty"`
 	FinishReason string `json:"finish_reason,omitempty"`
 	ErrorClass   string `json:"error_class,omitempty"`

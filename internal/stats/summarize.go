@@ -45,6 +45,7 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	var first, last time.Time
 	var inTok, outTok int
 	errs := map[string]int{}
+	notStreamed := 0
 	for i := range recs {
 		r := &recs[i]
 		if r.Warmup {
@@ -74,6 +75,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 			continue
 		}
 		s.Requests.Completed++
+		if r.NotStreamed {
+			notStreamed++
+		}
 		ttft = append(ttft, r.TTFTMs)
 		if r.TTFTIntendedMs > 0 {
 			ttftInt = append(ttftInt, r.TTFTIntendedMs)
@@ -137,6 +141,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 		s.ITL = d(itl, 10)
 	}
 	s.Warnings = append(s.Warnings, tokenWarnings(s.Tokens, s.Requests.Completed)...)
+	if notStreamed > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d requests were answered with one JSON body instead of a stream: their TTFT equals their end-to-end latency", notStreamed))
+	}
 	if s.ScheduleLag.Count > 0 && s.ScheduleLag.P99 > opt.LagWarnMs {
 		s.Warnings = append(s.Warnings, fmt.Sprintf(
 			"schedule lag P99 %.1f ms: the client sent late (CPU-bound or concurrency cap); TTFT from the intended send time is the honest figure", s.ScheduleLag.P99))

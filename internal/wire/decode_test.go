@@ -121,6 +121,7 @@ func FuzzDecode(f *testing.F) {
 		var c Chunk
 		for _, api := range []API{OpenAIChat, Anthropic} {
 			_ = NewDecoder(api).Decode(&sse.Event{Data: data}, &c) // must not panic
+			_, _ = DecodeWhole(api, data)
 		}
 	})
 }
@@ -180,5 +181,22 @@ func BenchmarkDecodeChatChunkSlowPath(b *testing.B) {
 	for b.Loop() {
 		c = Chunk{}
 		decodeSlow(d, data, &c)
+	}
+}
+
+func TestDecodeWhole(t *testing.T) {
+	c, err := DecodeWhole(OpenAIChat, []byte(`{"model":"m","choices":[{"message":{"content":"hi","reasoning_content":"hmm"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":2}}}`))
+	if err != nil || c.Content != "hi" || c.Reasoning != "hmm" || c.Finish != "stop" || *c.Usage != (Usage{5, 3, 2}) {
+		t.Fatalf("openai: %+v %v", c, err)
+	}
+	c, err = DecodeWhole(Anthropic, []byte(`{"model":"c","content":[{"type":"text","text":"yo"}],"stop_reason":"end_turn","usage":{"input_tokens":4,"output_tokens":1,"cache_read_input_tokens":6}}`))
+	if err != nil || c.Content != "yo" || *c.Usage != (Usage{10, 1, 6}) {
+		t.Fatalf("anthropic: %+v %v", c, err)
+	}
+	if _, err := DecodeWhole(OpenAIChat, []byte(`{"choices":`)); err == nil {
+		t.Fatal("truncated JSON accepted")
+	}
+	if c, _ := DecodeWhole(OpenAIChat, []byte(`{"error":{"message":"bad"}}`)); c.Err != "bad" {
+		t.Fatalf("error body: %+v", c)
 	}
 }
