@@ -288,3 +288,23 @@ func TestBenchInsecureTLS(t *testing.T) {
 		t.Fatalf("with --insecure: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// bench stores its run where "ttft runs list" looks, whichever of the data
+// directory variables is set.
+func TestBenchRunIsListed(t *testing.T) {
+	for _, v := range []string{"HOME", "XDG_DATA_HOME", "TTFT_DATA_DIR"} {
+		env := map[string]string{"HOME": t.TempDir(), v: t.TempDir()}
+		run := func(args ...string) (int, string) {
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }})
+			return code, out.String() + errb.String()
+		}
+		if code, out := run("bench", "-n", "3", "--max-tokens", "4", "--no-progress"); code != 0 {
+			t.Fatalf("%s: bench exit %d\n%s", v, code, out)
+		}
+		code, out := run("runs", "list")
+		if code != 0 || !strings.Contains(out, "built-in simulator") {
+			t.Fatalf("%s: runs list exit %d, the bench run is missing:\n%s", v, code, out)
+		}
+	}
+}

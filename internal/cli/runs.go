@@ -25,7 +25,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/store"
 )
 
-const dbFlagHelp = "results database: SQLite path or postgres:// URL (default $TTFT_DB, else $XDG_DATA_HOME/ttft/ttft.db or ~/.local/share/ttft/ttft.db)"
+const dbFlagHelp = "results database: SQLite path or postgres:// URL (default $TTFT_DB, else ttft.db in $TTFT_DATA_DIR, $XDG_DATA_HOME/ttft or ~/.local/share/ttft)"
 
 // storeOpener opens the store once, on first use, so that commands given
 // only run directories never touch the database.
@@ -41,7 +41,7 @@ func (o *storeOpener) get(ctx context.Context) (store.Store, error) {
 	}
 	dsn := o.dsn
 	if dsn == "" {
-		dsn = store.DefaultDSN(o.env.getenv)
+		dsn = defaultDSN(o.env) // the same database bench and sim run write to
 	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
