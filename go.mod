@@ -1,6 +1,6 @@
 module github.com/ttft-dev/ttft
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/DataDog/sketches-go v1.4.8
