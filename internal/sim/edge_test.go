@@ -3,8 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -96,17 +94,5 @@ func TestEdgeSpeculativeGolden(t *testing.T) {
 		t.Errorf("draft should cost memory and time: footprints %.0f/%.0f MB, tok/s with free drafter %.2f vs %.2f", plain.memMB, draft.memMB, rows[2].tokS, draft.tokS)
 	}
 
-	path := filepath.Join("testdata", "edge_spec.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("§4.2 reproduction changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", path, got, want)
-	}
+	checkGolden(t, "edge_spec.golden", "§4.2 reproduction", got)
 }

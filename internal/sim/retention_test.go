@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -187,19 +185,7 @@ func TestSessionRetentionGolden(t *testing.T) {
 	if !(p95["none"] > p95["full"] && p95["full"] >= p95["sliding:2048"]) {
 		t.Errorf("P95 order none > full ≥ sliding broken: %v", p95)
 	}
-	path := filepath.Join("testdata", "session_retention.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("§3.3 reproduction changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", path, got, want)
-	}
+	checkGolden(t, "session_retention.golden", "§3.3 reproduction", got)
 }
 
 // TestEngineRetention: the engine's policies. compress:R stores KV at 1/R

@@ -44,19 +44,7 @@ func TestTimingGolden(t *testing.T) {
 			ms(d.DecodeTime(1, 1024)), ms(d.DecodeTime(64, 2048)), ms(d.DecodeTime(256, 2048)))
 	}
 	got := b.String()
-	path := filepath.Join("testdata", "timing.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("timing model changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", path, got, want)
-	}
+	checkGolden(t, "timing.golden", "timing model", got)
 }
 
 // TestTimingMonotone: more work never takes less time (property, fixed grid).
@@ -85,5 +73,23 @@ func TestTimingMonotone(t *testing.T) {
 		if d.DecodeTime(8, 4096).Total < d.DecodeTime(8, 512).Total {
 			t.Errorf("%s: longer context decodes faster", d.Name())
 		}
+	}
+}
+
+// checkGolden compares got with testdata/name, rewriting it under -update.
+func checkGolden(t *testing.T, name, what, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", what, path, got, want)
 	}
 }
