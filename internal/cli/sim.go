@@ -223,12 +223,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			if !textPrompts && lengthOnlyWorkload(cmd.Flags()) {
 				// The engine needs lengths (and prefix identity), not text:
 				// skip generating and tokenising prompts.
-				minTok := wl.MinTokens
-				if wl.IgnoreEOS {
-					minTok = wl.MaxTokens
-				}
-				if wl.PromptTokens < 1 || wl.MaxTokens < 1 || minTok < 0 || minTok > wl.MaxTokens {
-					return usageErr("--prompt-tokens and --max-tokens must be at least 1 and --min-tokens between 0 and --max-tokens")
+				minTok, err := wl.lengths()
+				if err != nil {
+					return err
 				}
 				src = &sim.LengthSource{PromptTokens: wl.PromptTokens, MaxTokens: wl.MaxTokens, MinTokens: minTok, Same: wl.SamePrompt}
 			} else if src, scen, tok, err = wl.build(env); err != nil {

@@ -88,6 +88,28 @@ func (o *workloadOptions) loadChosen() bool {
 	return o.changed("rate") || o.changed("concurrency")
 }
 
+// lengths validates the length flags and returns the effective minimum
+// output length (--ignore-eos forces it to --max-tokens).
+func (o *workloadOptions) lengths() (minTokens int, err error) {
+	if o.PromptTokens < 1 {
+		return 0, usageErr("--prompt-tokens must be at least 1, got %d", o.PromptTokens)
+	}
+	if o.MaxTokens < 1 {
+		return 0, usageErr("--max-tokens must be at least 1, got %d", o.MaxTokens)
+	}
+	minTok := o.MinTokens
+	if o.IgnoreEOS {
+		if o.MinTokens != 0 && o.MinTokens != o.MaxTokens {
+			return 0, usageErr("--ignore-eos forces --min-tokens to --max-tokens (%d); drop --min-tokens %d", o.MaxTokens, o.MinTokens)
+		}
+		minTok = o.MaxTokens
+	}
+	if minTok < 0 || minTok > o.MaxTokens {
+		return 0, usageErr("--min-tokens %d must be between 0 and --max-tokens %d", minTok, o.MaxTokens)
+	}
+	return minTok, nil
+}
+
 // build returns the run's request source, its scenario (nil when none was
 // chosen) and the tokenizer used to count output tokens. It reads at most
 // local files and never touches the network.
@@ -96,21 +118,9 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 	if err != nil {
 		return nil, nil, nil, usageErr("--tokenizer: %v", err)
 	}
-	if o.PromptTokens < 1 {
-		return nil, nil, nil, usageErr("--prompt-tokens must be at least 1, got %d", o.PromptTokens)
-	}
-	if o.MaxTokens < 1 {
-		return nil, nil, nil, usageErr("--max-tokens must be at least 1, got %d", o.MaxTokens)
-	}
-	minTok := o.MinTokens
-	if o.IgnoreEOS {
-		if o.MinTokens != 0 && o.MinTokens != o.MaxTokens {
-			return nil, nil, nil, usageErr("--ignore-eos forces --min-tokens to --max-tokens (%d); drop --min-tokens %d", o.MaxTokens, o.MinTokens)
-		}
-		minTok = o.MaxTokens
-	}
-	if minTok < 0 || minTok > o.MaxTokens {
-		return nil, nil, nil, usageErr("--min-tokens %d must be between 0 and --max-tokens %d", minTok, o.MaxTokens)
+	minTok, err := o.lengths()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 
 	var sc *workload.Scenario
