@@ -74,7 +74,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		defer t.Stop()
 	}
 
-	nt := &netTrace{base: r.now(), now: r.now}
+	nt := &netTrace{base: r.now(), now: r.now, kernel: r.kernelClock}
 	defer nt.fill(rec)
 	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, nt.clientTrace()), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
 	if err != nil {
@@ -89,7 +89,8 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		hreq.Header.Set("X-Request-Id", rec.ID)
 	}
 	rec.Sent = r.now()
-	if rec.Intended.IsZero() { // closed loop: no schedule to be late for
+	closedLoop := rec.Intended.IsZero() // no schedule to be late for
+	if closedLoop {
 		rec.Intended = rec.Sent
 	}
 	resp, err := r.client.Do(hreq)
@@ -98,6 +99,17 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		nt.fill(rec)
 		classify(ctx, rec, err)
 		return ""
+	}
+	// On a kept-alive connection the request is sent when the transport's
+	// writer starts writing it; the hand-off to that goroutine is the
+	// client's own delay (milliseconds at a thousand streams on two cores)
+	// and stays out of TTFT. A new connection's DNS, connect and TLS stay
+	// in, as a user waits for them too; they are reported separately.
+	if ws := nt.at(&nt.writeStart); nt.reused.Load() && ws.After(rec.Sent) {
+		rec.Sent = ws
+		if closedLoop {
+			rec.Intended = ws
+		}
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
@@ -116,7 +128,13 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		return ""
 	}
 
-	rd := sse.NewReader(resp.Body, sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: r.now})
+	clock := r.now
+	var arrival *arrivalClock
+	if st := nt.stamper(); st != nil && resp.ProtoMajor == 1 {
+		arrival = &arrivalClock{conn: st, now: r.now}
+		clock = arrival.Now
+	}
+	rd := sse.NewReader(resp.Body, sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: clock})
 	dec := wire.NewDecoder(r.opt.API)
 	var chunk wire.Chunk
 	var out strings.Builder
@@ -164,6 +182,10 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 			if rec.FirstToken.IsZero() {
 				rec.FirstToken = ev.At
 				gotToken.Store(true)
+				if arrival != nil && arrival.stamped {
+					rec.ArrivalClock = record.ClockKernel
+					rec.FirstTokenReadDelayMs = float64(arrival.lastDelay) / float64(time.Millisecond)
+				}
 			} else {
 				rec.ITLMs = append(rec.ITLMs, msSince(last, ev.At))
 				if ev.Coalesced {
@@ -260,7 +282,44 @@ type netTrace struct {
 	now  func() time.Time
 	// Offsets from base in ns; 0 means "not seen".
 	dnsStart, dnsDone, connStart, connDone, tlsStart, tlsDone, written, firstByte atomic.Int64
+	writeStart                                                                    atomic.Int64 // first header field written
 	reused                                                                        atomic.Bool
+	// kernel: take kernel receive timestamps from the connection, kept in
+	// conn once the transport hands it over (HTTP/1 only: an HTTP/2
+	// connection's reads carry many streams).
+	kernel bool
+	conn   atomic.Pointer[rxStamper]
+}
+
+func (t *netTrace) gotConn(c net.Conn) {
+	if !t.kernel || c == nil {
+		return
+	}
+	if tc, ok := c.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
+		return
+	}
+	if st := stamperOf(c); st != nil {
+		t.conn.Store(&st)
+	}
+}
+
+// stamper is the request's timestamping connection, or nil.
+func (t *netTrace) stamper() rxStamper {
+	if p := t.conn.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// stampFirstByte is stamp with the kernel's arrival time of the read that
+// brought the first byte, when the connection has one.
+func (t *netTrace) stampFirstByte() {
+	if st := t.stamper(); st != nil {
+		at := (&arrivalClock{conn: st, now: t.now}).Now()
+		t.firstByte.Store(max(int64(at.Sub(t.base)), 1))
+		return
+	}
+	t.stamp(&t.firstByte)
 }
 
 func (t *netTrace) stamp(a *atomic.Int64) { a.Store(max(int64(t.now().Sub(t.base)), 1)) }
@@ -274,15 +333,20 @@ func (t *netTrace) at(a *atomic.Int64) time.Time {
 
 func (t *netTrace) clientTrace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		DNSStart:             func(httptrace.DNSStartInfo) { t.stamp(&t.dnsStart) },
-		DNSDone:              func(httptrace.DNSDoneInfo) { t.stamp(&t.dnsDone) },
-		ConnectStart:         func(string, string) { t.stamp(&t.connStart) },
-		ConnectDone:          func(string, string, error) { t.stamp(&t.connDone) },
-		TLSHandshakeStart:    func() { t.stamp(&t.tlsStart) },
-		TLSHandshakeDone:     func(tls.ConnectionState, error) { t.stamp(&t.tlsDone) },
-		GotConn:              func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused) },
+		DNSStart:          func(httptrace.DNSStartInfo) { t.stamp(&t.dnsStart) },
+		DNSDone:           func(httptrace.DNSDoneInfo) { t.stamp(&t.dnsDone) },
+		ConnectStart:      func(string, string) { t.stamp(&t.connStart) },
+		ConnectDone:       func(string, string, error) { t.stamp(&t.connDone) },
+		TLSHandshakeStart: func() { t.stamp(&t.tlsStart) },
+		TLSHandshakeDone:  func(tls.ConnectionState, error) { t.stamp(&t.tlsDone) },
+		GotConn:           func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused); t.gotConn(i.Conn) },
+		WroteHeaderField: func(string, []string) {
+			if t.writeStart.Load() == 0 {
+				t.stamp(&t.writeStart)
+			}
+		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { t.stamp(&t.written) },
-		GotFirstResponseByte: func() { t.stamp(&t.firstByte) },
+		GotFirstResponseByte: t.stampFirstByte,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,12 @@ type Options struct {
 	// Client overrides the HTTP client (tests); by default a pooled client
 	// sized to the concurrency is built.
 	Client *http.Client
-	// Now is the clock (default time.Now).
+	// Now is the clock (default time.Now). An injected clock also turns
+	// off kernel receive timestamps, which are on the wall clock.
 	Now func() time.Time
+	// ReadClock times events when the read returns, never by the
+	// kernel's receive timestamp (for comparing the two).
+	ReadClock bool
 }
 
 // Result is what a run produced.
@@ -81,6 +86,9 @@ type Runner struct {
 	opt    Options
 	client *http.Client
 	now    func() time.Time
+	// kernelClock: event times come from the socket's kernel receive
+	// timestamps where the connection has them (see rxstamp.go).
+	kernelClock bool
 
 	mu       sync.Mutex
 	recs     []record.Record
@@ -102,6 +110,7 @@ func New(opt Options) (*Runner, error) {
 	if opt.Rate <= 0 && opt.Concurrency <= 0 {
 		opt.Concurrency = 1
 	}
+	kernelClock := opt.Now == nil && !opt.ReadClock
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -111,7 +120,7 @@ func New(opt Options) (*Runner, error) {
 	if opt.Burstiness == 0 {
 		opt.Burstiness = 1
 	}
-	r := &Runner{opt: opt, now: opt.Now, progress: newProgress()}
+	r := &Runner{opt: opt, now: opt.Now, kernelClock: kernelClock, progress: newProgress()}
 	if n := opt.Requests + opt.Warmup; opt.Requests > 0 && n <= 1<<17 {
 		// Growing the slice copies every record so far while other
 		// requests wait on the lock: at thousands of streams that copy
@@ -130,6 +139,7 @@ func New(opt Options) (*Runner, error) {
 // never asks for compression, which would hold events back.
 func NewTransport(conns int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = stampingDialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = conns + 16
 	t.MaxConnsPerHost = 0

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -85,9 +86,38 @@ func TestClosedLoopMeasuresKnownTiming(t *testing.T) {
 		if rec.PromptTokens != 64 {
 			t.Errorf("prompt tokens %d", rec.PromptTokens)
 		}
+		if runtime.GOOS == "linux" && (rec.ArrivalClock != record.ClockKernel || rec.FirstTokenReadDelayMs < 0) {
+			t.Errorf("arrival clock %q, read delay %.3f ms; want kernel receive timestamps on Linux", rec.ArrivalClock, rec.FirstTokenReadDelayMs)
+		}
 	}
 	if warm != 2 {
 		t.Errorf("warm-up records %d, want 2", warm)
+	}
+}
+
+// TestReadClockTimesEventsAtTheRead: with ReadClock the kernel's stamps
+// are not used, and the record says so.
+func TestReadClockTimesEventsAtTheRead(t *testing.T) {
+	ts := NewTimingServer(5*time.Millisecond, time.Millisecond, 3)
+	srv := httptest.NewServer(ts)
+	defer srv.Close()
+	r, err := New(Options{API: wire.OpenAIChat, BaseURL: srv.URL, Request: wire.RequestOptions{Model: "m"},
+		Concurrency: 2, Requests: 4, RunID: "rc", ReadClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background(), fixedSource(t, 8, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range res.Records {
+		if !rec.OK() || rec.ArrivalClock != "" || rec.FirstTokenReadDelayMs != 0 {
+			t.Errorf("request %d: ok %v, arrival clock %q, read delay %v; want read-time stamps", rec.Index, rec.OK(), rec.ArrivalClock, rec.FirstTokenReadDelayMs)
+		}
+		first, _, _ := ts.FirstTokenWrite(rec.ID)
+		if rec.FirstToken.Before(first) {
+			t.Errorf("first token seen %v before it was written %v", rec.FirstToken, first)
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -46,6 +48,39 @@ func (s *TimingServer) FirstTokenWrite(id string) (first, received time.Time, ok
 	return first, s.recv[id], ok
 }
 
+// Start serves s on ln in the background. Its connections take kernel
+// receive timestamps (where the platform has them), so a request's arrival
+// is when its last byte reached the host, not when the handler got to run.
+func (s *TimingServer) Start(ln net.Listener) *http.Server {
+	srv := &http.Server{Handler: s, ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		if st := stamperOf(c); st != nil {
+			return context.WithValue(ctx, arrivalKey{}, st)
+		}
+		return ctx
+	}}
+	go func() { _ = srv.Serve(stampingListener{ln}) }()
+	return srv
+}
+
+type arrivalKey struct{}
+
+// stampingListener turns on kernel receive timestamps on accepted
+// connections.
+type stampingListener struct{ net.Listener }
+
+func (l stampingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		if sc, ok := enableRXStamps(tc); ok {
+			return sc, nil
+		}
+	}
+	return c, nil
+}
+
 func (s *TimingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
 	switch r.URL.Path {
@@ -74,6 +109,14 @@ func (s *TimingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		MaxTokens int `json:"max_tokens"`
 	}
 	_ = json.NewDecoder(io.LimitReader(r.Body, 8<<20)).Decode(&body)
+	if st, ok := r.Context().Value(arrivalKey{}).(rxStamper); ok {
+		// The body is read: the connection's latest read brought the
+		// request's last byte.
+		at := &arrivalClock{conn: st, now: time.Now}
+		if t := at.Now(); at.stamped {
+			recv = t
+		}
+	}
 	id := r.Header.Get("X-Request-Id")
 	fault := r.Header.Get("X-Test-Fault")
 	if fault == "status" {

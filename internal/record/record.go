@@ -63,6 +63,14 @@ type Record struct {
 	// read as the previous one: their gap is a client artefact, not a server one.
 	CoalescedEvents int `json:"coalesced_events,omitempty"`
 
+	// ArrivalClock says where event times came from: "kernel" when they
+	// are the socket's kernel receive timestamps (the client's own
+	// scheduling delay is then not in TTFT or ITL), empty when they were
+	// taken as each read returned. FirstTokenReadDelayMs is how long after
+	// the kernel received the first token the client read it.
+	ArrivalClock          string  `json:"arrival_clock,omitempty"`
+	FirstTokenReadDelayMs float64 `json:"first_token_read_delay_ms,omitempty"`
+
 	// Network split from httptrace.
 	DNSMs      float64 `json:"dns_ms,omitempty"`
 	ConnectMs  float64 `json:"connect_ms,omitempty"`
@@ -94,6 +102,9 @@ type Record struct {
 	// (llama.cpp "timings", Ollama durations, the simulator's breakdown), in ms.
 	ServerTimings map[string]float64 `json:"server_timings,omitempty"`
 }
+
+// ClockKernel is Record.ArrivalClock for kernel receive timestamps.
+const ClockKernel = "kernel"
 
 // OK reports whether the request completed without error.
 func (r *Record) OK() bool { return r.ErrorClass == ErrNone }

@@ -1,0 +1,87 @@
+//go:build linux
+
+package bench
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// rxConn reads with recvmsg(2) so that each read brings the kernel's
+// receive timestamp (SCM_TIMESTAMPNS) of the last segment it consumed.
+type rxConn struct {
+	net.Conn
+	raw  syscall.RawConn
+	last atomic.Int64
+	oob  [8]uint64 // 64 bytes, aligned for a cmsghdr
+}
+
+// enableRXStamps turns on SO_TIMESTAMPNS; false if the socket refuses.
+func enableRXStamps(c *net.TCPConn) (net.Conn, bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+	}); err != nil || serr != nil {
+		return nil, false
+	}
+	return &rxConn{Conn: c, raw: raw}, true
+}
+
+func (c *rxConn) lastRX() int64 { return c.last.Load() }
+
+func (c *rxConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	oob := unsafe.Slice((*byte)(unsafe.Pointer(&c.oob[0])), len(c.oob)*8)
+	var n, oobn int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), p, oob, 0)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		return rerr != syscall.EAGAIN
+	})
+	if err == nil && rerr != nil {
+		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", rerr)}
+	}
+	if err != nil {
+		c.last.Store(0)
+		return 0, err
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	c.last.Store(parseRXStamp(oob[:oobn]))
+	return n, nil
+}
+
+// parseRXStamp returns the SCM_TIMESTAMPNS in a control message buffer as
+// Unix nanoseconds, or 0.
+func parseRXStamp(oob []byte) int64 {
+	hdr := syscall.CmsgLen(0)
+	for len(oob) >= hdr {
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < hdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && l >= syscall.CmsgLen(int(unsafe.Sizeof(syscall.Timespec{}))) {
+			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[hdr]))
+			return ts.Nano()
+		}
+		oob = oob[min(len(oob), syscall.CmsgSpace(l-hdr)):]
+	}
+	return 0
+}
