@@ -44,6 +44,7 @@ func printSummary(w io.Writer, s *record.Summary, m *record.Manifest, dir string
 		row("schedule lag", s.ScheduleLag)
 	}
 	row("connect", s.Connect)
+	row("client read delay", s.ReadDelay) // not in TTFT: see the README
 	tw.Flush()
 	t := s.Throughput
 	fmt.Fprintf(w, "\nthroughput: %.2f req/s, %.1f output tok/s, %.1f input tok/s\n", t.RequestsPerS, t.OutputTokensPerS, t.InputTokensPerS)

@@ -100,6 +100,10 @@ type Summary struct {
 	E2E          Metric `json:"e2e_ms"`
 	ScheduleLag  Metric `json:"schedule_lag_ms"`
 	Connect      Metric `json:"connect_ms"`
+	// ReadDelay is how long after the kernel received each first token the
+	// client read it (records with kernel receive timestamps only): the
+	// client's own scheduling delay, kept out of TTFT. Added in v1.1.
+	ReadDelay Metric `json:"first_token_read_delay_ms,omitzero"`
 
 	SLO []SLOVerdict `json:"slo,omitempty"`
 	// ServerSide is what the target's own metrics said about the run

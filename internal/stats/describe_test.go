@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,37 @@ func TestSummarize(t *testing.T) {
 	// Window: first send at t0, last end at t0+3s.
 	if s.DurationS != 3 || math.Abs(s.Throughput.OutputTokensPerS-22.0/3) > 1e-9 {
 		t.Fatalf("duration %v throughput %+v", s.DurationS, s.Throughput)
+	}
+}
+
+// TestSummarizeReadDelay: the client's read delay of kernel-stamped first
+// tokens is summarised, and a large one is warned about.
+func TestSummarizeReadDelay(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	mk := func(delay float64, clock string) record.Record {
+		r := record.Record{Sent: t0, FirstToken: t0.Add(50 * time.Millisecond), End: t0.Add(time.Second),
+			ArrivalClock: clock, FirstTokenReadDelayMs: delay}
+		r.Finalize()
+		return r
+	}
+	warned := func(s record.Summary) bool {
+		for _, w := range s.Warnings {
+			if strings.Contains(w, "read first tokens") {
+				return true
+			}
+		}
+		return false
+	}
+	quiet := Summarize([]record.Record{mk(0.1, record.ClockKernel), mk(0.3, record.ClockKernel), mk(40, "")}, SummaryOptions{NoCI: true})
+	if quiet.ReadDelay.Count != 2 || math.Abs(quiet.ReadDelay.Max-0.3) > 1e-12 || warned(quiet) {
+		t.Errorf("read delay %+v, warnings %q; want 2 kernel-stamped values, no warning", quiet.ReadDelay, quiet.Warnings)
+	}
+	busy := Summarize([]record.Record{mk(0.1, record.ClockKernel), mk(12, record.ClockKernel)}, SummaryOptions{NoCI: true})
+	if !warned(busy) {
+		t.Errorf("no warning for a 12 ms read delay: %q", busy.Warnings)
+	}
+	if none := Summarize([]record.Record{mk(0, "")}, SummaryOptions{NoCI: true}); none.ReadDelay.Count != 0 {
+		t.Errorf("read delay summarised without kernel stamps: %+v", none.ReadDelay)
 	}
 }
 

@@ -39,7 +39,7 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 		Schema: record.SummarySchema, Source: opt.Source, Target: opt.Target,
 		API: opt.API, Model: opt.Model, Scenario: opt.Scenario,
 	}
-	var ttft, ttftInt, ttfb, ttfe, ttfc, tpot, e2e, lag, connect, itl []float64
+	var ttft, ttftInt, ttfb, ttfe, ttfc, tpot, e2e, lag, connect, itl, readDelay []float64
 	var itlSketch *ddsketch.DDSketch
 	itlCount := 0
 	var first, last time.Time
@@ -65,6 +65,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 		}
 		if r.ScheduleLagMs > 0 || !r.Intended.IsZero() {
 			lag = append(lag, r.ScheduleLagMs)
+		}
+		if r.ArrivalClock == record.ClockKernel && !r.FirstToken.IsZero() {
+			readDelay = append(readDelay, r.FirstTokenReadDelayMs)
 		}
 		if r.ConnectMs > 0 {
 			connect = append(connect, r.ConnectMs)
@@ -134,6 +137,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	s.E2E = d(e2e, 7)
 	s.ScheduleLag = d(lag, 8)
 	s.Connect = d(connect, 9)
+	if len(readDelay) > 0 {
+		s.ReadDelay = Describe(readDelay, DescribeOptions{})
+	}
 	if itlSketch != nil {
 		s.ITL = sketchMetric(itlSketch, itlCount)
 		s.Warnings = append(s.Warnings, fmt.Sprintf("ITL statistics come from a DDSketch (1%% relative accuracy): %d gaps exceed the raw-sample limit", itlCount))
@@ -147,6 +153,10 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	if s.ScheduleLag.Count > 0 && s.ScheduleLag.P99 > opt.LagWarnMs {
 		s.Warnings = append(s.Warnings, fmt.Sprintf(
 			"schedule lag P99 %.1f ms: the client sent late (CPU-bound or concurrency cap); TTFT from the intended send time is the honest figure", s.ScheduleLag.P99))
+	}
+	if s.ReadDelay.Count > 0 && s.ReadDelay.P99 > opt.LagWarnMs {
+		s.Warnings = append(s.Warnings, fmt.Sprintf(
+			"the client read first tokens %.1f ms (P99) after they arrived: it is short of CPU. TTFT and ITL are timed by the kernel's receive timestamps and stay exact, but a busier client will fall behind its schedule", s.ReadDelay.P99))
 	}
 	return s
 }
