@@ -45,7 +45,7 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Quantization, "quantization", "", "weight format: fp8 (W8A8 where the GPU has FP8), int8 or int4 (every tensor, one 16-bit scale per group), awq or gptq (4-bit, scale and zero point per group, 16-bit embeddings and head); empty: 16-bit")
 	fs.IntVar(&c.QuantGroupSize, "quant-group-size", 0, "weights per quantization scale for int8/int4/awq/gptq (0: 128; llama.cpp Q4_0/Q8_0 use 32)")
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
-	fs.StringVar(&c.KVRetention, "kv-retention", "", "KV retention policy: full (default), sliding:W (attend to and keep the last W tokens) or compress:R (KV at 1/R of its bytes)")
+	fs.StringVar(&c.KVRetention, "kv-retention", "", "KV retention policy: full (default), sliding:W (attend to and keep the last W tokens), compress:R (KV at 1/R of its bytes) or evict:F (after each conversation turn drop the fraction F of its cached prompt blocks with the lowest attention scores; needs --enable-prefix-caching)")
 	fs.BoolVar(&c.EnablePrefixCaching, "enable-prefix-caching", false, "reuse KV blocks of identical prompt prefixes")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "maximum sequences per batch")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per engine step (0: 8192)")
@@ -87,9 +87,11 @@ with prefix caching, preemption and a calibrated roofline step time.
   ttft sim serve     serve the OpenAI API on loopback, tokens at simulated times
   ttft sim run       simulate a workload on a virtual clock, write summary.json
   ttft sim validate  predicted vs published TTFT
+  ttft sim session   one conversation on an idle replica under a KV retention policy
   ttft sim catalog   list the known models, GPUs and engine profiles`,
 	}
 	cmd.AddCommand(newSimServeCmd(env), newSimRunCmd(env), newSimValidateCmd(env), newSimCatalogCmd(env))
+	cmd.AddCommand(newSimSessionCmd(env))
 	return cmd
 }
 
@@ -598,14 +600,14 @@ func parsePrices(s string) (map[string]float64, error) {
 // last turn under the deployment's retention policy (article §3.3's
 // "memory per session"), per GPU.
 func sessionMemory(d *sim.Deployment, recs []record.Record) string {
-	last := map[string]int{} // session -> context length after its last turn
+	last := map[string]*record.Record{} // session -> its last turn
 	for i := range recs {
 		r := &recs[i]
 		if r.Session == "" || !r.OK() {
 			continue
 		}
-		if n := r.PromptTokens + r.OutputTokens(); n > last[r.Session] {
-			last[r.Session] = n
+		if p, ok := last[r.Session]; !ok || r.PromptTokens+r.OutputTokens() > p.PromptTokens+p.OutputTokens() {
+			last[r.Session] = r
 		}
 	}
 	if len(last) == 0 {
@@ -618,9 +620,13 @@ func sessionMemory(d *sim.Deployment, recs []record.Record) string {
 		}
 	}
 	var sum, peak float64
-	for _, n := range last {
-		held := float64(n)
-		if pol.Kind == "sliding" {
+	for _, r := range last {
+		// What the engine kept cached for the next turn, where it says
+		// (prefix caching on); else the context under the policy.
+		held := float64(r.PromptTokens + r.OutputTokens())
+		if v, ok := r.ServerTimings["kv_retained_tokens"]; ok {
+			held = v
+		} else if pol.Kind == "sliding" {
 			held = math.Min(held, float64(pol.Window))
 		}
 		// Compression is already in KVBytesTok (the engine stores KV at

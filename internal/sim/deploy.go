@@ -38,8 +38,13 @@ type Config struct {
 	// sequence cached, prefix caching as configured), "sliding:W" (attend
 	// to the last W tokens; older blocks are freed) or "compress:R" (KV
 	// stored at 1/R of its bytes, e.g. low-bit KV: more blocks, less to
-	// read; attention FLOPs unchanged). Score-based eviction and per-turn
-	// compression are modelled per session only (SimulateSession).
+	// read; attention FLOPs unchanged) or "evict:F" (score-based eviction:
+	// when a conversation turn finishes, the fraction F of its cached
+	// prompt blocks with the lowest attention scores is dropped; the next
+	// turn attends to the kept blocks only and does not recompute the
+	// dropped ones; needs EnablePrefixCaching, where the history is kept).
+	// Per-turn compression of a session is modelled per session only
+	// (SimulateSession).
 	KVRetention string `yaml:"kv_retention,omitempty" json:"kv_retention,omitempty"`
 	// Jitter is the relative standard deviation of step times (0 =
 	// deterministic); Seed makes it reproducible.
@@ -81,6 +86,9 @@ type Deployment struct {
 	// Window is the sliding-window size in tokens (0: none), from
 	// KVRetention.
 	Window int
+	// Evict is the fraction of a finished turn's retained prompt blocks
+	// that score-based eviction drops (0: none), from KVRetention evict:F.
+	Evict float64
 
 	ComputeDtype string
 	WeightBytes  float64 // whole model
@@ -232,8 +240,15 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 			d.Window = r.Window
 		case "compress":
 			d.KVBytesTok /= r.Ratio
+		case "evict":
+			// The kept history lives in the prefix cache (as with full):
+			// without it there is nothing to evict from.
+			if !cfg.EnablePrefixCaching {
+				return nil, fmt.Errorf("kv retention %q evicts from the prefix cache, where a conversation's history is kept between turns; enable prefix caching (--enable-prefix-caching)", cfg.KVRetention)
+			}
+			d.Evict = r.Evict
 		default:
-			return nil, fmt.Errorf("kv retention %q is modelled per session only (sim.SimulateSession); the engine takes full, sliding:W or compress:R", cfg.KVRetention)
+			return nil, fmt.Errorf("kv retention %q is modelled per session only (sim.SimulateSession); the engine takes full, sliding:W, compress:R or evict:F", cfg.KVRetention)
 		}
 	}
 

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -20,6 +22,13 @@ type Seq struct {
 	Output       int
 	CachedTokens int
 	Preemptions  int
+	// SkippedTokens are prompt tokens covered by blocks that score-based
+	// eviction (evict:F) dropped after an earlier turn: neither recomputed
+	// nor attended to. RetainedTokens, set when the sequence finishes with
+	// prefix caching on, are the tokens' worth of its prompt blocks left in
+	// the cache for a next turn that re-sends this prompt (after eviction).
+	SkippedTokens  int
+	RetainedTokens int
 	// FirstScheduled and FirstToken are engine times (valid when Started /
 	// Output > 0).
 	FirstScheduled time.Duration
@@ -36,8 +45,12 @@ type Seq struct {
 	blocks          []int32
 	numHashedBlocks int
 	numReleased     int // leading block slots released by a sliding window
+	skipped         int // tokens of s.blocks' evicted (-1) slots, while allocated
 	specAcc         float64
 	aborted         bool
+	// noEvict: the driver knows this request is not a conversation turn
+	// (the offline runner: no Session), so evict:F leaves its blocks alone.
+	noEvict bool
 }
 
 func (s *Seq) numTokens() int { return s.PromptLen + s.Output }
@@ -76,6 +89,12 @@ type Engine struct {
 	nextID  uint64
 	stats   EngineStats
 	aborted int
+
+	// evicted holds the hashes of prompt blocks dropped by evict:F (nil
+	// under other policies): a later prompt whose prefix chain runs
+	// through them skips them instead of stopping there.
+	evicted  map[uint64]struct{}
+	evictBuf []evictCand
 }
 
 type sched struct {
@@ -102,6 +121,9 @@ func NewEngine(d *Deployment) *Engine {
 		d:   d,
 		kv:  newKVCache(d.NumBlocks, d.BlockSize),
 		rng: rand.New(rand.NewPCG(uint64(d.Config.Seed), 0x7474667473696d)),
+	}
+	if d.Evict > 0 {
+		e.evicted = make(map[uint64]struct{})
 	}
 	if k := d.Config.Speculative.NumSpeculativeTokens; k > 0 {
 		a := d.Config.Speculative.Acceptance
@@ -296,11 +318,18 @@ func (e *Engine) Step(now time.Duration) StepResult {
 	schedWaiting := func(chunk bool) {
 		for e.NumWaiting() > 0 && len(e.running) < d.MaxNumSeqs && budget > 0 {
 			s := e.waiting[e.wHead]
-			hit := 0
+			// covered: leading prompt blocks needing no compute, of which
+			// hit are cached and covered−hit were evicted (evict:F).
+			hit, covered := 0, 0
 			if s.numComputed == 0 && len(s.hashes) > 0 {
-				hit = e.kv.lookup(s.hashes, s.numTokens())
+				if e.evicted != nil {
+					covered, hit = e.kv.cover(s.hashes, s.numTokens(), e.evicted)
+				} else {
+					hit = e.kv.lookup(s.hashes, s.numTokens())
+					covered = hit
+				}
 			}
-			n := s.numTokens() - hit*d.BlockSize
+			n := s.numTokens() - covered*d.BlockSize
 			if n > budget {
 				if !chunk {
 					break
@@ -308,9 +337,10 @@ func (e *Engine) Step(now time.Duration) StepResult {
 				n = budget
 			}
 			// Check room before touching refcounts: hit blocks sitting in
-			// the free queue stop being free once taken.
-			need := (hit*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - hit
-			if need+e.freeAmongHits(s.hashes[:hit]) > e.kv.numFree {
+			// the free queue stop being free once taken. Evicted slots
+			// take no block.
+			need := (covered*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - covered
+			if need+e.freeAmongHits(s.hashes[:covered]) > e.kv.numFree {
 				break
 			}
 			e.popWaiting()
@@ -320,12 +350,14 @@ func (e *Engine) Step(now time.Duration) StepResult {
 					e.kv.hits += int64(hit * d.BlockSize)
 				}
 				s.CachedTokens = hit * d.BlockSize
+				s.SkippedTokens = (covered - hit) * d.BlockSize
 				e.stats.PromptTokens += int64(s.PromptLen)
 				s.Started = true
 				s.FirstScheduled = now
 			}
-			e.kv.acquireCached(s, hit)
-			s.numComputed = hit * d.BlockSize
+			e.kv.acquireCached(s, covered)
+			s.numComputed = covered * d.BlockSize
+			s.skipped = (covered - hit) * d.BlockSize
 			if !e.kv.allocate(s, s.numComputed+n) {
 				panic("sim: KV allocation failed after room check") // invariant
 			}
@@ -352,7 +384,10 @@ func (e *Engine) Step(now time.Duration) StepResult {
 	// 3. Time the batch.
 	var l stepLoad
 	for _, b := range e.batch {
-		c := float64(b.s.numComputed)
+		// Context attended to and read: the computed tokens less those
+		// whose blocks eviction dropped (the kept subset, as compress's
+		// fewer entries).
+		c := float64(b.s.numComputed - b.s.skipped)
 		n := float64(b.n)
 		l.tokens += b.n
 		if w := float64(d.Window); w > 0 {
@@ -422,7 +457,7 @@ func (e *Engine) Step(now time.Duration) StepResult {
 			if s.Output >= s.MaxTokens || s.numTokens() >= d.MaxModelLen {
 				s.Finished, s.FinishReason = true, "length"
 				em.Finished = true
-				e.kv.free(s)
+				e.retire(s)
 				finished++
 				e.stats.Finished++
 			}
@@ -457,4 +492,68 @@ func (e *Engine) freeAmongHits(hashes []uint64) int {
 		}
 	}
 	return n
+}
+
+// evictCand is a retained block that score-based eviction may drop.
+type evictCand struct {
+	score, hash uint64
+}
+
+// retire frees a finished sequence's blocks. Its full prompt blocks stay in
+// the prefix cache (LRU), where the conversation's next turn, re-sending
+// this prompt as its prefix, finds them; RetainedTokens counts them. Under
+// evict:F the fraction F of them (rounded to whole blocks) with the lowest
+// attention scores is dropped first.
+//
+// Attention scores are not simulated: a block's score is a fixed
+// pseudo-random function of its hash, so the choice is deterministic and a
+// block that survived one turn's eviction tends to survive the next (as
+// accumulated-attention heavy hitters do in H2O); only how many blocks go
+// matters for timing and memory. A dropped block's hash is remembered in
+// e.evicted, and the next turn's prompt maps onto the cache as: kept blocks
+// are prefix hits, dropped blocks are skipped — not recomputed and not
+// attended to (the model attends to the kept subset, as with compress) —
+// and only the turn's new tokens (the reply, re-sent as text, and the new
+// user message) are prefilled. The dropped blocks' memory is freed at once,
+// at the head of the free queue (reused first).
+func (e *Engine) retire(s *Seq) {
+	if len(s.hashes) == 0 {
+		e.kv.free(s)
+		return
+	}
+	k := e.kv
+	cands := e.evictBuf[:0]
+	for j := 0; j < s.numHashedBlocks && j < len(s.blocks); j++ {
+		if s.blocks[j] < 0 {
+			continue // evicted earlier or out of a sliding window
+		}
+		h := s.hashes[j]
+		if _, ok := k.cache[h]; ok {
+			cands = append(cands, evictCand{score: mix64(h ^ 0x73636f7265), hash: h})
+		}
+	}
+	drop := 0
+	if e.evicted != nil && !s.noEvict {
+		drop = int(math.Round(e.d.Evict * float64(len(cands))))
+	}
+	var dropped []int32
+	if drop > 0 {
+		slices.SortFunc(cands, func(a, b evictCand) int { return cmp.Compare(a.score, b.score) })
+		for _, c := range cands[:drop] {
+			b := k.cache[c.hash]
+			delete(k.cache, c.hash)
+			k.hashed[b] = false
+			e.evicted[c.hash] = struct{}{}
+			dropped = append(dropped, b)
+		}
+	}
+	s.RetainedTokens = (len(cands) - drop) * e.d.BlockSize
+	e.evictBuf = cands[:0]
+	k.free(s)
+	for _, b := range dropped {
+		if k.inFree[b] {
+			k.unlink(b)
+			k.pushHead(b)
+		}
+	}
 }

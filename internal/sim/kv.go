@@ -96,6 +96,19 @@ func (k *kvCache) popHead() int32 {
 	return b
 }
 
+// pushHead puts b at the front of the free queue: the next block reused.
+func (k *kvCache) pushHead(b int32) {
+	k.prev[b], k.next[b] = -1, k.head
+	if k.head >= 0 {
+		k.prev[k.head] = b
+	} else {
+		k.tail = b
+	}
+	k.head = b
+	k.inFree[b] = true
+	k.numFree++
+}
+
 // lookup returns how many of the leading full blocks (hashes) are cached.
 // It never matches the whole prompt: at least one token must be computed to
 // produce logits, as in vLLM.
@@ -114,11 +127,34 @@ func (k *kvCache) lookup(hashes []uint64, promptLen int) int {
 	return n
 }
 
-// acquireCached takes references on the first n cached blocks of hashes and
-// appends them to s.blocks.
+// cover is lookup under evict:F: it walks the leading full blocks while
+// each is cached (kept) or was dropped by eviction (in evicted), and
+// returns how many it covered and how many of those are cached. A block
+// that is neither ends the walk, as a prefix-cache miss does.
+func (k *kvCache) cover(hashes []uint64, promptLen int, evicted map[uint64]struct{}) (covered, kept int) {
+	limit := min((promptLen-1)/k.blockSize, len(hashes))
+	for covered < limit {
+		h := hashes[covered]
+		if _, ok := k.cache[h]; ok {
+			kept++
+		} else if _, ok := evicted[h]; !ok {
+			break
+		}
+		covered++
+	}
+	return covered, kept
+}
+
+// acquireCached takes references on the cached blocks among the first n
+// of s.hashes and appends them to s.blocks; an evicted block (not cached,
+// see cover) gets a -1 slot so that slots keep matching prompt positions.
 func (k *kvCache) acquireCached(s *Seq, n int) {
 	for i := 0; i < n; i++ {
-		b := k.cache[s.hashes[i]]
+		b, ok := k.cache[s.hashes[i]]
+		if !ok {
+			s.blocks = append(s.blocks, -1)
+			continue
+		}
 		if k.inFree[b] {
 			k.unlink(b)
 		}
@@ -155,7 +191,7 @@ func (k *kvCache) commit(s *Seq) {
 		h := s.hashes[j]
 		b := s.blocks[j]
 		if b < 0 {
-			continue // released by a sliding window
+			continue // released by a sliding window or evicted
 		}
 		if _, dup := k.cache[h]; !dup && !k.hashed[b] {
 			k.hash[b], k.hashed[b] = h, true
@@ -173,7 +209,7 @@ func (k *kvCache) free(s *Seq) {
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		b := s.blocks[i]
 		if b < 0 {
-			continue // already released by a sliding window
+			continue // already released by a sliding window, or evicted
 		}
 		k.ref[b]--
 		if k.ref[b] == 0 {
@@ -183,6 +219,7 @@ func (k *kvCache) free(s *Seq) {
 	s.blocks = s.blocks[:0]
 	s.numHashedBlocks = 0
 	s.numReleased = 0
+	s.skipped = 0
 }
 
 // slide releases the blocks of s that lie wholly before its last window

@@ -23,6 +23,11 @@ import (
 //   - evict:F: score-based eviction drops the fraction F of the held blocks
 //     with the lowest attention scores after every turn (the article's
 //     threshold 0.02 corresponds to some F that depends on the model).
+//
+// SimulateSession is the isolated one-session view of all five. The engine
+// (Config.KVRetention) serves full, sliding:W, compress:R (as KV stored at
+// 1/R of its bytes) and evict:F (see Engine.retire for how a turn's
+// re-sent history maps onto the evicted cache).
 type Retention struct {
 	Kind   string  // none, full, sliding, compress, evict
 	Window int     // sliding

@@ -344,6 +344,9 @@ func issue(eng *Engine, r *workload.Request, index int, intended, at time.Durati
 		return nil, fmt.Errorf("request %d: %w", index, err)
 	}
 	s.Tag = o
+	// Only a conversation's turn keeps its history for a next turn, so
+	// only a turn's blocks are evicted under evict:F.
+	s.noEvict = r.Session == ""
 	o.seqRef = s
 	rec.PromptTokensUsage = n
 	return o, nil
@@ -379,6 +382,14 @@ func (o *offlineReq) deliver(em Emit, now time.Duration, start time.Time) {
 			"decode_ms":   float64(now-s.FirstTokenAt) / 1e6,
 			"api_ms":      float64(s.Arrival-o.sent) / 1e6,
 			"preemptions": float64(s.Preemptions),
+		}
+		if o.req.Session != "" {
+			// Multi-turn: the prompt tokens skipped because eviction had
+			// dropped their blocks, and the session's KV (tokens' worth)
+			// left cached for its next turn (article §3.3's memory per
+			// session, under the retention policy).
+			r.ServerTimings["kv_skipped_tokens"] = float64(s.SkippedTokens)
+			r.ServerTimings["kv_retained_tokens"] = float64(s.RetainedTokens)
 		}
 		r.Finalize()
 	}
