@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,6 +244,66 @@ func TestNonStreamedAnswerIsRecordedAsSuch(t *testing.T) {
 	for _, rec := range res.Records {
 		if !rec.OK() || !rec.NotStreamed || rec.TTFTMs != rec.E2EMs || rec.TTFTMs < 20 || rec.OutputTokensUsage != 2 || rec.OutputEvents != 1 {
 			t.Fatalf("%+v", rec)
+		}
+	}
+}
+
+// TestKernelStampsOverTLS: over HTTPS/1.1 events are still timed by the
+// kernel (the stamping connection sits under TLS); over HTTP/2, whose reads
+// carry many streams, they are timed at the read.
+func TestKernelStampsOverTLS(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("kernel receive timestamps are read on Linux only")
+	}
+	for _, h2 := range []bool{false, true} {
+		ts := NewTimingServer(20*time.Millisecond, time.Millisecond, 3)
+		var h2Requests atomic.Int64
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 {
+				h2Requests.Add(1)
+			}
+			ts.ServeHTTP(w, r)
+		}))
+		srv.EnableHTTP2 = h2
+		srv.StartTLS()
+		tr := NewTransport(2)
+		tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		r, err := New(Options{API: wire.OpenAIChat, BaseURL: srv.URL, Request: wire.RequestOptions{Model: "m"},
+			Concurrency: 2, Requests: 6, RunID: "tls", Client: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Run(context.Background(), fixedSource(t, 8, 3))
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h2Requests.Load() > 0; got != h2 {
+			t.Fatalf("HTTP/2 negotiated %v, want %v", got, h2)
+		}
+		want := record.ClockKernel
+		if h2 {
+			want = ""
+		}
+		kernel := 0
+		for _, rec := range res.Records {
+			if !rec.OK() {
+				t.Fatalf("h2=%v: request %d failed: %s", h2, rec.Index, rec.Error)
+			}
+			if rec.ArrivalClock == record.ClockKernel {
+				kernel++
+			}
+			if h2 && rec.ArrivalClock != "" {
+				t.Errorf("HTTP/2 request %d timed by the kernel", rec.Index)
+			}
+			if first, _, _ := ts.FirstTokenWrite(rec.ID); rec.FirstToken.Before(first) {
+				t.Errorf("h2=%v: first token seen %v before it was written %v", h2, rec.FirstToken, first)
+			}
+		}
+		// The host-wide switch that turns stamping on may miss the very
+		// first segments of a process (see rxstamp_linux_test.go).
+		if !h2 && kernel < len(res.Records)-2 {
+			t.Errorf("HTTPS/1.1: %d of %d requests timed by the kernel, want %q on (almost) all", kernel, len(res.Records), want)
 		}
 	}
 }
