@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -302,4 +304,89 @@ func TestLiveAPIContention(t *testing.T) {
 	if spread < 90 || spread > 200 {
 		t.Errorf("TTFT spread %.1f ms for 4 simultaneous requests with api_inflight_ms 40, want 90–200 ms", spread)
 	}
+}
+
+// BenchmarkBurstWriteFloor is the floor under the emission lag: n loopback
+// TCP connections, each read by its own goroutine (as clients do), and one
+// 150-byte token chunk written to every connection at the same instant by
+// GOMAXPROCS writers, every 20 ms — no HTTP, no engine. The lag of a write
+// is its return time minus the instant. A simulator emitting a step's
+// tokens to n streams cannot do better on the same machine:
+//
+//	TTFT_SIM_STREAMS=1000 go test ./internal/sim -run '^$' -bench BurstWriteFloor -benchtime 1x
+func BenchmarkBurstWriteFloor(b *testing.B) {
+	streams := 2000
+	if v, err := strconv.Atoi(os.Getenv("TTFT_SIM_STREAMS")); err == nil && v > 0 {
+		streams = v
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	servers := make([]net.Conn, 0, streams)
+	var readers sync.WaitGroup
+	for range streams {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers = append(servers, s)
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			defer c.Close()
+			buf := make([]byte, 4096)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}` + "\n\n")
+	writers := runtime.GOMAXPROCS(0)
+	const rounds = 50
+	lags := make([]time.Duration, 0, rounds*streams)
+	var mu sync.Mutex
+	for b.Loop() {
+		lags = lags[:0]
+		for range rounds {
+			at := time.Now().Add(2 * time.Millisecond)
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Until(at))
+					local := make([]time.Duration, 0, streams/writers+1)
+					for i := w; i < streams; i += writers {
+						if _, err := servers[i].Write(chunk); err != nil {
+							b.Error(err)
+							return
+						}
+						local = append(local, time.Since(at))
+					}
+					mu.Lock()
+					lags = append(lags, local...)
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			time.Sleep(18 * time.Millisecond)
+		}
+	}
+	for _, s := range servers {
+		s.Close()
+	}
+	readers.Wait()
+	slices.Sort(lags)
+	q := func(p float64) float64 { return float64(lags[int(p*float64(len(lags)-1))].Microseconds()) / 1e3 }
+	b.ReportMetric(q(0.5), "p50-lag-ms")
+	b.ReportMetric(q(0.99), "p99-lag-ms")
+	b.ReportMetric(q(1), "max-lag-ms")
 }
