@@ -100,12 +100,20 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		classify(ctx, rec, err)
 		return ""
 	}
-	// On a kept-alive connection the request is sent when the transport's
-	// writer starts writing it; the hand-off to that goroutine is the
-	// client's own delay (milliseconds at a thousand streams on two cores)
-	// and stays out of TTFT. A new connection's DNS, connect and TLS stay
-	// in, as a user waits for them too; they are reported separately.
-	if ws := nt.at(&nt.writeStart); nt.reused.Load() && ws.After(rec.Sent) {
+	// On a kept-alive connection the request is sent when its first
+	// write(2) begins (or, without a stamping connection, when the
+	// transport's writer starts formatting it); the hand-off to that
+	// goroutine is the client's own delay (milliseconds at a thousand
+	// streams on two cores) and stays out of TTFT. A new connection's
+	// DNS, connect and TLS stay in, as a user waits for them too; they
+	// are reported separately.
+	ws := nt.at(&nt.writeStart)
+	if st := nt.stamper(); st != nil {
+		if tx := st.firstWrite(); !tx.IsZero() {
+			ws = tx
+		}
+	}
+	if nt.reused.Load() && ws.After(rec.Sent) {
 		rec.Sent = ws
 		if closedLoop {
 			rec.Intended = ws
@@ -343,6 +351,9 @@ func (t *netTrace) clientTrace() *httptrace.ClientTrace {
 		WroteHeaderField: func(string, []string) {
 			if t.writeStart.Load() == 0 {
 				t.stamp(&t.writeStart)
+				if st := t.stamper(); st != nil {
+					st.markRequest()
+				}
 			}
 		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { t.stamp(&t.written) },

@@ -21,6 +21,13 @@ type rxStamper interface {
 	// lastRX is the kernel receive time, in Unix nanoseconds, of the last
 	// byte of the most recent read; 0 when unknown.
 	lastRX() int64
+	// markRequest notes that the transport starts writing a request;
+	// firstWrite is then when the first write(2) of it began (zero until
+	// it has). Stamping just before the system call leaves nothing but
+	// the call itself between the stamp and the bytes leaving, so the
+	// thread being descheduled in between is vanishingly rare.
+	markRequest()
+	firstWrite() time.Time
 }
 
 // maxStampAge bounds how far a kernel stamp may precede the read that

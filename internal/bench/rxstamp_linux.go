@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -18,6 +19,10 @@ type rxConn struct {
 	raw  syscall.RawConn
 	last atomic.Int64
 	oob  [8]uint64 // 64 bytes, aligned for a cmsghdr
+
+	base   time.Time   // monotonic origin of tx
+	marked atomic.Bool // a request started; its first write is not yet stamped
+	tx     atomic.Int64
 }
 
 // enableRXStamps turns on SO_TIMESTAMPNS; false if the socket refuses.
@@ -32,10 +37,29 @@ func enableRXStamps(c *net.TCPConn) (net.Conn, bool) {
 	}); err != nil || serr != nil {
 		return nil, false
 	}
-	return &rxConn{Conn: c, raw: raw}, true
+	return &rxConn{Conn: c, raw: raw, base: time.Now()}, true
 }
 
 func (c *rxConn) lastRX() int64 { return c.last.Load() }
+
+func (c *rxConn) markRequest() {
+	c.tx.Store(0)
+	c.marked.Store(true)
+}
+
+func (c *rxConn) firstWrite() time.Time {
+	if v := c.tx.Load(); v != 0 {
+		return c.base.Add(time.Duration(v - 1))
+	}
+	return time.Time{}
+}
+
+func (c *rxConn) Write(p []byte) (int, error) {
+	if c.marked.Load() && c.marked.CompareAndSwap(true, false) {
+		c.tx.Store(int64(time.Since(c.base)) + 1)
+	}
+	return c.Conn.Write(p)
+}
 
 func (c *rxConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -132,5 +133,52 @@ func TestKernelStampPrecedesRead(t *testing.T) {
 	srv.Close()
 	if n, err := c.Read(buf); n != 0 || err == nil {
 		t.Errorf("after close: %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// TestFirstWriteOfARequest: after markRequest, the first write is stamped
+// just before its system call, and later writes of the same request leave
+// the stamp alone.
+func TestFirstWriteOfARequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	c, err := stampingDialer(&net.Dialer{})(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st := c.(rxStamper)
+	if !st.firstWrite().IsZero() {
+		t.Fatal("a write stamp before any request")
+	}
+	for range 3 {
+		st.markRequest()
+		if !st.firstWrite().IsZero() {
+			t.Fatal("markRequest kept the previous request's stamp")
+		}
+		before := time.Now()
+		if _, err := c.Write([]byte("POST / HTTP/1.1\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		first := st.firstWrite()
+		if first.Before(before) || first.After(time.Now()) {
+			t.Fatalf("first write stamped %v, outside the call that began at %v", first, before)
+		}
+		time.Sleep(time.Millisecond)
+		if _, err := c.Write([]byte("\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got := st.firstWrite(); !got.Equal(first) {
+			t.Fatalf("a later write moved the stamp from %v to %v", first, got)
+		}
 	}
 }
