@@ -310,7 +310,7 @@ func TestLiveAPIContention(t *testing.T) {
 // TCP connections, each read by its own goroutine (as clients do), and one
 // 150-byte token chunk written to every connection at the same instant by
 // GOMAXPROCS writers, every 20 ms — no HTTP, no engine. The lag of a write
-// is its return time minus the instant. A simulator emitting a step's
+// is when it began minus the instant, as the simulator measures its own. A simulator emitting a step's
 // tokens to n streams cannot do better on the same machine:
 //
 //	TTFT_SIM_STREAMS=1000 go test ./internal/sim -run '^$' -bench BurstWriteFloor -benchtime 1x
@@ -365,11 +365,12 @@ func BenchmarkBurstWriteFloor(b *testing.B) {
 					time.Sleep(time.Until(at))
 					local := make([]time.Duration, 0, streams/writers+1)
 					for i := w; i < streams; i += writers {
+						began := time.Since(at) // as the server stamps: when write(2) began
 						if _, err := servers[i].Write(chunk); err != nil {
 							b.Error(err)
 							return
 						}
-						local = append(local, time.Since(at))
+						local = append(local, began)
 					}
 					mu.Lock()
 					lags = append(lags, local...)

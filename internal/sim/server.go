@@ -141,9 +141,10 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
 	go s.loop(ctx)
-	go func() { _ = s.srv.Serve(ln) }()
+	go func() { _ = s.srv.Serve(writeStampListener{ln, s.origin}) }()
 	go func() {
 		<-ctx.Done()
 		_ = s.srv.Close()
@@ -588,6 +589,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	id := fmt.Sprintf("%s-%d", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], seq.ID)
 	w.Header().Set("X-Request-Id", id)
 	out := &responder{s: s, w: w, chat: chat, id: id, created: time.Now().Unix(), seq: seq, faults: faults}
+	out.conn, _ = r.Context().Value(connKey{}).(*writeStampConn)
 	if req.Stream {
 		out.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 		out.stream(ctx, st)
@@ -608,6 +610,7 @@ type responder struct {
 	faults  FaultConfig
 	prefix  []byte // chunk JSON up to the text
 	buf     []byte
+	conn    *writeStampConn // nil if the listener did not wrap it
 }
 
 func (o *responder) abort() {
@@ -780,10 +783,61 @@ func (o *responder) flush(rc *http.ResponseController, b []byte, evs []tokenEv) 
 		return false
 	}
 	_ = rc.Flush()
+	left := o.leftAt()
 	for _, ev := range evs {
-		o.s.lag.observe(time.Since(ev.at))
+		o.s.lag.observe(left.Sub(ev.at))
 	}
 	return true
+}
+
+// leftAt is when the bytes just flushed left: when their write(2) began
+// (the kernel has them from then on; on loopback the reader's socket
+// too). Time spent after the call, waiting for the Go scheduler to give
+// this goroutine a processor back, is not the token's.
+func (o *responder) leftAt() time.Time {
+	if o.conn != nil {
+		if v := o.conn.lastWrite.Load(); v != 0 {
+			return o.s.origin.Add(time.Duration(v))
+		}
+	}
+	return time.Now()
+}
+
+type connKey struct{}
+
+// writeStampListener wraps accepted connections in writeStampConn.
+type writeStampListener struct {
+	net.Listener
+	origin time.Time
+}
+
+func (l writeStampListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &writeStampConn{Conn: c, origin: l.origin}, nil
+}
+
+// writeStampConn remembers when its latest write(2) began, on the
+// engine's clock.
+type writeStampConn struct {
+	net.Conn
+	origin    time.Time
+	lastWrite atomic.Int64 // ns since origin
+}
+
+func (c *writeStampConn) Write(p []byte) (int, error) {
+	c.lastWrite.Store(int64(time.Since(c.origin)))
+	return c.Conn.Write(p)
+}
+
+// CloseWrite keeps net/http's graceful close of TCP connections.
+func (c *writeStampConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (o *responder) whole(ctx context.Context, st *stream) {
@@ -815,8 +869,12 @@ func (o *responder) whole(ctx context.Context, st *stream) {
 		resp := map[string]any{"id": o.id, "object": obj, "created": o.created, "model": o.s.name, "choices": []any{choice}, "usage": json.RawMessage(o.usageJSON(ev.out, ev.cached))}
 		b, _ := json.Marshal(resp)
 		o.w.Header().Set("Content-Type", "application/json")
+		o.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		_, _ = o.w.Write(b)
-		o.s.lag.observe(time.Since(ev.at))
+		if fl, ok := o.w.(http.Flusher); ok {
+			fl.Flush()
+		}
+		o.s.lag.observe(o.leftAt().Sub(ev.at))
 		return
 	}
 }
