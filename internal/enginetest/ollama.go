@@ -49,8 +49,24 @@ type Ollama struct {
 func Start(t testing.TB, bin string) *Ollama {
 	t.Helper()
 	dir := t.TempDir()
+	// The free port is picked by binding and closing it, so another process
+	// may take it before ollama binds: try a fresh one then.
+	for attempt := 1; ; attempt++ {
+		o, portTaken := startOnce(t, bin, dir, attempt)
+		if o != nil {
+			return o
+		}
+		if !portTaken || attempt == 3 {
+			t.Fatal("ollama serve did not start (see above)")
+		}
+	}
+}
+
+// startOnce starts one server; nil and true when its port was taken.
+func startOnce(t testing.TB, bin, dir string, attempt int) (*Ollama, bool) {
+	t.Helper()
 	port := freePort(t)
-	o := &Ollama{Bin: bin, Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, Log: filepath.Join(dir, "serve.log"), done: make(chan struct{})}
+	o := &Ollama{Bin: bin, Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, Log: filepath.Join(dir, fmt.Sprintf("serve.%d.log", attempt)), done: make(chan struct{})}
 	o.URL = "http://" + o.Host
 	logf, err := os.Create(o.Log)
 	if err != nil {
@@ -74,16 +90,23 @@ func Start(t testing.TB, bin string) *Ollama {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return o
+				return o, false
 			}
 		}
 		select {
 		case <-o.done:
-			t.Fatalf("ollama serve exited early:\n%s", o.LogTail())
+			tail := o.LogTail()
+			if strings.Contains(tail, "address already in use") {
+				t.Logf("port %d was taken before ollama bound it; retrying", port)
+				return nil, true
+			}
+			t.Errorf("ollama serve exited early:\n%s", tail)
+			return nil, false
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ollama serve did not answer on %s within 60s:\n%s", o.URL, o.LogTail())
+			t.Errorf("ollama serve did not answer on %s within 60s:\n%s", o.URL, o.LogTail())
+			return nil, false
 		}
 	}
 }

@@ -79,10 +79,22 @@ func startPostgres(t *testing.T) string {
 	if out, err := run(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	port := freePort(t)
-	opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1 -c fsync=off -c full_page_writes=off", dir, port)
-	if out, err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-t", "30", "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	// The free port is picked by binding and closing it, so another process
+	// may take it before PostgreSQL binds: try a fresh one then.
+	var port int
+	for attempt := 1; ; attempt++ {
+		port = freePort(t)
+		logPath := filepath.Join(dir, fmt.Sprintf("log.%d", attempt))
+		opts := fmt.Sprintf("-k %s -p %d -h 127.0.0.1 -c fsync=off -c full_page_writes=off", dir, port)
+		out, err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-o", opts, "-l", logPath, "-w", "-t", "30", "start")
+		if err == nil {
+			break
+		}
+		log, _ := os.ReadFile(logPath)
+		if attempt < 3 && strings.Contains(string(log), "already in use") {
+			t.Logf("port %d was taken before PostgreSQL bound it; retrying", port)
+			continue
+		}
 		t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
 	}
 	t.Cleanup(func() {
