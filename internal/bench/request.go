@@ -23,6 +23,14 @@ import (
 var (
 	errTTFTTimeout = errors.New("no first token within --ttft-timeout")
 	errTimeout     = errors.New("request exceeded --timeout")
+	errDrained     = errors.New("stream still open after its end marker")
+)
+
+// drainWait and drainMax bound the read of what follows a stream's end
+// marker.
+const (
+	drainWait = 200 * time.Millisecond
+	drainMax  = 64 << 10
 )
 
 // do sends one request and records it. It never returns an error: every
@@ -229,6 +237,17 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 			rec.End = ev.At
 			done = true
 		}
+	}
+	if done {
+		// Read what follows the end marker (the chunked encoding's last
+		// chunk) so that the connection goes back to the pool: a body
+		// closed before its end makes the transport drop the connection,
+		// and the next request would pay a new connect (and TLS handshake)
+		// inside its TTFT. A server that keeps the stream open is not
+		// waited for long.
+		t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax))
+		t.Stop()
 	}
 	if rec.OK() && rec.FirstToken.IsZero() {
 		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))

@@ -129,7 +129,11 @@ func New(opt Options) (*Runner, error) {
 	}
 	r.client = opt.Client
 	if r.client == nil {
-		r.client = &http.Client{Transport: NewTransport(max(opt.Concurrency, opt.MaxConcurrency, 64))}
+		t := NewTransport(max(opt.Concurrency, opt.MaxConcurrency, 64))
+		if opt.Rate <= 0 {
+			ClosedLoop(t, opt.Concurrency)
+		}
+		r.client = &http.Client{Transport: t}
 	}
 	return r, nil
 }
@@ -147,6 +151,18 @@ func NewTransport(conns int) *http.Transport {
 	t.DisableCompression = true
 	t.ResponseHeaderTimeout = 0
 	return t
+}
+
+// ClosedLoop caps t at one connection per worker of a closed loop. A
+// worker's next request is often ready before the transport has put the
+// previous response's connection back in the pool; uncapped, it dials a new
+// one (an extra connection the server sees, and set-up time in that
+// request's TTFT), capped it waits the few microseconds for the old one,
+// outside TTFT (a request is sent when its first write begins).
+func ClosedLoop(t *http.Transport, workers int) {
+	if workers > 0 {
+		t.MaxConnsPerHost = workers
+	}
 }
 
 // Progress exposes live counters of a running run.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -305,5 +306,46 @@ func TestKernelStampsOverTLS(t *testing.T) {
 		if !h2 && kernel < len(res.Records)-2 {
 			t.Errorf("HTTPS/1.1: %d of %d requests timed by the kernel, want %q on (almost) all", kernel, len(res.Records), want)
 		}
+	}
+}
+
+// TestConnectionReusedAfterEndMarker: a server whose chunked stream ends a
+// little after its [DONE] keeps one connection for a closed loop of one
+// worker. Closing the body at [DONE] would drop the connection each time,
+// and each next request would pay a new connect inside its TTFT.
+func TestConnectionReusedAfterEndMarker(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tok\"}}]}\n\ndata: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond) // the chunked terminator comes later
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	r, err := New(Options{API: wire.OpenAIChat, BaseURL: srv.URL, Request: wire.RequestOptions{Model: "m"},
+		Concurrency: 1, Requests: 5, RunID: "reuse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(context.Background(), fixedSource(t, 8, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rec := range res.Records {
+		if !rec.OK() {
+			t.Fatalf("request %d failed: %s", i, rec.Error)
+		}
+		if rec.TTFTMs >= 20 {
+			t.Errorf("request %d: TTFT %.1f ms includes the wait for the stream's end", i, rec.TTFTMs)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for 5 sequential requests, want 1", n)
 	}
 }

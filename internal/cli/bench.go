@@ -208,6 +208,9 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		return record.Summary{}, err
 	}
 	transport := bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64))
+	if o.load.Rate <= 0 {
+		bench.ClosedLoop(transport, o.load.Concurrency)
+	}
 	if o.Insecure {
 		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // the user asked: self-signed internal endpoints
 	}
