@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ func newGatewayCmd(env *Env) *cobra.Command {
 		policy     string
 		sloClass   string
 		noLog      bool
+		cpuProfile string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -85,6 +87,19 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if cpuProfile != "" {
+				// For finding the gateway's own cost under real load
+				// (docs/performance.md); written when the gateway stops.
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return usageErr("gateway: --cpu-profile: %v", err)
+				}
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					pf.Close()
+					return usageErr("gateway: --cpu-profile: %v", err)
+				}
+				defer func() { pprof.StopCPUProfile(); pf.Close() }()
+			}
 			// Article §5: sample 10% normally, everything while P99 TTFT is
 			// above 1.2 s and errors above 0.5%; errors and SLO misses are
 			// always kept.
@@ -97,8 +112,13 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 				defer cancel()
 				shutdown(sctx)
 			}()
-			log := slog.New(slog.NewJSONHandler(env.Stderr, nil))
-			g, err := gateway.New(*cfg, gateway.Options{Logger: log, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe})
+			// Log lines (the access log above all) are written in batches
+			// of up to 32 KiB, at most 200 ms late: a write system call
+			// per request costs as much as routing it.
+			logw := gateway.NewLogBuffer(env.Stderr, 200*time.Millisecond)
+			defer logw.Flush()
+			log := slog.New(slog.NewJSONHandler(logw, nil))
+			g, err := gateway.New(*cfg, gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe})
 			if err != nil {
 				return usageErr("gateway: %v", err)
 			}
@@ -121,6 +141,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 			}
 			c := g.Config()
 			log.Info("gateway listening", "addr", c.Listen, "policy", c.Policy, "backends", len(c.Backends))
+			logw.Flush()
 			if err := g.ListenAndServe(ctx, c.Listen); err != nil {
 				return usageErr("gateway: %v", err)
 			}
@@ -134,6 +155,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 	f.StringVar(&policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
 	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
 	f.BoolVar(&noLog, "no-access-log", false, "disable the JSON access log")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
 	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
 	return cmd
 }

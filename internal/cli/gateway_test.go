@@ -3,11 +3,14 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,5 +84,96 @@ func TestBenchThroughGateway(t *testing.T) {
 	case <-gwDone:
 	case <-time.After(10 * time.Second):
 		t.Fatal("gateway did not stop on cancel")
+	}
+}
+
+// gwLogBuf is a goroutine-safe stderr for a gateway running in the
+// background (its log buffer flushes from a timer).
+type gwLogBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *gwLogBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *gwLogBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestGatewayAccessLogAndProfile: the buffered access log reaches stderr
+// (at the latest on shutdown), one JSON line per request, and --cpu-profile
+// leaves a profile behind when the gateway stops.
+func TestGatewayAccessLogAndProfile(t *testing.T) {
+	bl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	})}
+	go backend.Serve(bl)
+	defer backend.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	prof := filepath.Join(t.TempDir(), "gw.pprof")
+	var gwErr gwLogBuf
+	gwDone := make(chan int, 1)
+	go func() {
+		gwDone <- Main(ctx, Env{Args: []string{"gateway", "--listen", addr, "--backend", "http://" + bl.Addr().String(), "--cpu-profile", prof},
+			Stdout: io.Discard, Stderr: &gwErr, Getenv: func(string) string { return "" }})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var resp *http.Response
+	for {
+		resp, err = http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"secret prompt"}]}`))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not come up: %v\n%s", err, gwErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"content":"hi"`) {
+		t.Fatalf("through the gateway: %d %s", resp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case code := <-gwDone:
+		if code != 0 {
+			t.Fatalf("gateway exit %d: %s", code, gwErr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("gateway did not stop on cancel")
+	}
+	var line string
+	for _, l := range strings.Split(gwErr.String(), "\n") {
+		if strings.Contains(l, `"msg":"request"`) {
+			line = l
+		}
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["status"] != float64(200) || rec["backend"] == "" || rec["model"] != "m" {
+		t.Fatalf("access log line %q (%v); stderr:\n%s", line, err, gwErr.String())
+	}
+	if strings.Contains(gwErr.String(), "secret prompt") {
+		t.Fatal("the access log contains the prompt")
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Fatalf("--cpu-profile: %v", err)
 	}
 }

@@ -9,6 +9,13 @@
 // HTTP in it; this package turns HTTP requests into sched.Requests and
 // reports each request's first token and end back to it.
 //
+// The per-request path is kept lean because on a small VM the gateway's own
+// CPU is its added latency (docs/performance.md): plain-http backends are
+// reached through a small HTTP/1.1 client that does its I/O on the handler's
+// goroutine (h1client.go), request bodies are read by a one-pass scanner
+// that defers to encoding/json for anything unusual (reqparse.go), and the
+// access log is formatted without reflection into a batching LogBuffer.
+//
 // Start one in-process with New (an http.Handler) and ListenAndServe, or from
 // the command line with "ttft gateway".
 package gateway

@@ -29,6 +29,11 @@ type Options struct {
 	// Logger receives the JSON access log and operational messages (nil:
 	// discarded). Prompt bodies and keys are never logged.
 	Logger *slog.Logger
+	// AccessLog, if set, receives the access log instead of Logger: one
+	// JSON line per request with the fields Logger would get, formatted
+	// without log/slog's per-field cost. Give it a LogBuffer so that lines
+	// are written in batches rather than one system call per request.
+	AccessLog io.Writer
 	// Registerer and Gatherer hold the metrics served on /metrics (nil: a
 	// private registry).
 	Registerer prometheus.Registerer
@@ -54,12 +59,15 @@ type Gateway struct {
 	m       *metrics
 	gather  prometheus.Gatherer
 	tracer  trace.Tracer
+	tracing bool // false for a no-op provider: spans are not even built
 	client  *http.Client
+	h1      *h1Client // nil when Options.Transport is set
 	log     *slog.Logger
 	budget  retryBudget
 	limits  limiters
 	hashers sync.Pool
 	bufs    sync.Pool // 32 KiB stream buffers
+	lines   sync.Pool // access-log line buffers
 	reload  sync.Mutex
 
 	ctx    context.Context
@@ -116,12 +124,19 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
+	_, off := tp.(noop.TracerProvider)
+	g.tracing = !off
 	g.tracer = tp.Tracer("github.com/ttft-dev/ttft/internal/gateway")
 	tr := opts.Transport
 	if tr == nil {
+		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+		// Plain-http backends go through the gateway's own HTTP/1.1
+		// client (h1client.go); the Transport serves https backends and
+		// health checks.
+		g.h1 = newH1Client(dialer, 1024, 90*time.Second)
 		tr = &http.Transport{
 			Proxy:               nil, // never send backend traffic through an environment proxy
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         dialer.DialContext,
 			MaxIdleConns:        4096,
 			MaxIdleConnsPerHost: 1024,
 			IdleConnTimeout:     90 * time.Second,
@@ -134,6 +149,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	g.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	g.hashers.New = func() any { return sched.NewBlockHasher(sched.DefaultBlockBytes) }
 	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	g.lines.New = func() any { b := make([]byte, 0, 512); return &b }
 	if err := g.apply(&c); err != nil {
 		return nil, err
 	}
@@ -147,6 +163,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 func (g *Gateway) Close() error {
 	g.cancel()
 	g.wg.Wait()
+	if g.h1 != nil {
+		g.h1.close()
+	}
 	return nil
 }
 

@@ -264,16 +264,45 @@ func TestOverhead(t *testing.T) {
 	cfg := Config{Policy: envOr("TTFT_OVERHEAD_POLICY", "slo-predictive"), Backends: []BackendConfig{{Name: "b", URL: backend, Models: []string{"m"}}}}
 	var gw string
 	gwPid := 0
+	var extra []struct {
+		name, url string
+		pid       int
+	}
 	if bin := os.Getenv("TTFT_BIN"); bin != "" {
 		// The gateway in its own process, as deployed, so that it does not
 		// share the Go scheduler with the load generator and the backend.
-		gw, gwPid = startGatewayProcess(t, bin, backend, cfg.Policy)
+		gw, gwPid = startGatewayProcess(t, bin, backend, cfg.Policy, nil, os.Getenv("TTFT_OVERHEAD_CPUPROFILE"))
+		// Optional variants measured in the same rounds: an earlier build
+		// (before/after a change, side by side) and the same build under
+		// extra environment (e.g. GOMAXPROCS=1).
+		if before := os.Getenv("TTFT_BIN_BEFORE"); before != "" {
+			u, pid := startGatewayProcess(t, before, backend, cfg.Policy, nil, "")
+			extra = append(extra, struct {
+				name, url string
+				pid       int
+			}{"gateway-before", u, pid})
+		}
+		if env := os.Getenv("TTFT_OVERHEAD_VARIANT_ENV"); env != "" {
+			prof := os.Getenv("TTFT_OVERHEAD_CPUPROFILE")
+			if prof != "" {
+				prof += ".variant"
+			}
+			u, pid := startGatewayProcess(t, bin, backend, cfg.Policy, strings.Fields(env), prof)
+			extra = append(extra, struct {
+				name, url string
+				pid       int
+			}{"gateway " + env, u, pid})
+		}
 	} else {
 		t.Log("TTFT_BIN not set: the gateway runs inside the test process, sharing its scheduler with the load generator")
 		_, gw = startGateway(t, cfg, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	}
 	targets := []struct{ name, url string }{{"direct", backend}, {"gateway", gw}}
 	pids := map[string]int{"gateway": gwPid}
+	for _, e := range extra {
+		targets = append(targets, struct{ name, url string }{e.name, e.url})
+		pids[e.name] = e.pid
+	}
 	if gwPid > 0 {
 		// A bare net/http reverse proxy in its own process: how much of the
 		// gateway's cost is Go's HTTP stack rather than routing.
@@ -350,8 +379,10 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
-// startGatewayProcess runs "ttft gateway" from a built binary.
-func startGatewayProcess(t *testing.T, bin, backend, policy string) (string, int) {
+// startGatewayProcess runs "ttft gateway" from a built binary, with extra
+// environment variables and, when profile is set, a CPU profile written
+// there on shutdown.
+func startGatewayProcess(t *testing.T, bin, backend, policy string, env []string, profile string) (string, int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -359,12 +390,29 @@ func startGatewayProcess(t *testing.T, bin, backend, policy string) (string, int
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bin, "gateway", "--backend", "b="+backend, "--listen", addr, "--policy", policy)
+	args := []string{"gateway", "--backend", "b=" + backend, "--listen", addr, "--policy", policy}
+	if profile != "" {
+		args = append(args, "--cpu-profile", profile)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard // the access log: written, as in production, then dropped
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s gateway: %v", bin, err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		// Interrupt first so that a CPU profile is written; kill if the
+		// gateway does not stop within 10 s.
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
 	for i := 0; ; i++ {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,21 +51,6 @@ const (
 	HeaderAttempts = "X-Ttft-Attempts"
 )
 
-// requestBody is the part of an OpenAI or Anthropic request the gateway
-// reads: the model, whether it streams, and the prompt for prefix hashing.
-type requestBody struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	System              json.RawMessage `json:"system"`
-	Prompt              json.RawMessage `json:"prompt"`
-	MaxTokens           int             `json:"max_tokens"`
-	MaxCompletionTokens int             `json:"max_completion_tokens"`
-}
-
 // contentText flattens a message content that is either a string or an
 // array of parts ({"type":"text","text":...}): OpenAI and Anthropic both
 // allow both shapes, and the same text must hash alike in all four.
@@ -102,20 +88,18 @@ func contentText(raw json.RawMessage) string {
 
 // hashPrompt canonicalises the prompt into h: a system prompt (OpenAI system
 // message or Anthropic "system") first, then each message as (role, text).
-func hashPrompt(h *sched.BlockHasher, rb *requestBody) {
-	if sys := contentText(rb.System); sys != "" {
-		h.Segment("system", sys)
+func hashPrompt(h *sched.BlockHasher, rb *parsedRequest) {
+	if rb.System != "" {
+		h.Segment("system", rb.System)
 	}
 	for _, m := range rb.Messages {
 		role := m.Role
 		if role == "developer" {
 			role = "system"
 		}
-		h.Segment(role, contentText(m.Content))
+		h.Segment(role, m.Text)
 	}
-	if len(rb.Prompt) > 0 {
-		h.Text(contentText(rb.Prompt))
-	}
+	h.Text(rb.Prompt)
 }
 
 // exchange is one client request's bookkeeping, for metrics and the log.
@@ -186,8 +170,8 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		x.status, x.errMsg, x.canceled = 499, "reading body: "+err.Error(), true
 		return
 	}
-	var rb requestBody
-	if err := json.Unmarshal(body, &rb); err != nil {
+	rb, err := parseRequest(body)
+	if err != nil {
 		x.status, x.errMsg = http.StatusBadRequest, "invalid JSON body"
 		writeError(w, anthropic, x.status, "invalid_request_error", "request body is not valid JSON: "+err.Error())
 		return
@@ -223,11 +207,18 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 	if r.URL.Path == "/v1/completions" {
 		op = "text_completion"
 	}
-	ctx, span := g.tracer.Start(ctx, op+" "+rb.Model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		genaiattr.AttrOperationName.String(op), genaiattr.AttrProviderName.String(x.api), genaiattr.AttrRequestModel.String(rb.Model),
-		genaiattr.AttrRequestMaxTokens.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), genaiattr.AttrRequestStream.Bool(rb.Stream),
-		attrSLOClass.String(class), attrSLO.Float64(slo.Seconds())))
-	x.span = span // ended by finish, after the outcome is known
+	var span trace.Span
+	if g.tracing {
+		ctx, span = g.tracer.Start(ctx, op+" "+rb.Model, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			genaiattr.AttrOperationName.String(op), genaiattr.AttrProviderName.String(x.api), genaiattr.AttrRequestModel.String(rb.Model),
+			genaiattr.AttrRequestMaxTokens.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), genaiattr.AttrRequestStream.Bool(rb.Stream),
+			attrSLOClass.String(class), attrSLO.Float64(slo.Seconds())))
+		x.span = span // ended by finish, after the outcome is known
+	} else {
+		// Tracing off: no span to build, but the client's trace context
+		// (extracted above) still goes to the backend.
+		span = trace.SpanFromContext(ctx)
+	}
 
 	g.budget.deposit(st.cfg.Retry.Budget)
 	sreq := sched.Request{API: x.api, Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class}
@@ -253,9 +244,11 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		x.attempts++
 		x.backend, x.policy, x.reason, x.predicted = t.Backend.Name(), t.Policy, t.Reason, t.Prediction.P95
 		g.m.decisions.WithLabelValues(t.Policy, t.Reason, t.Backend.Name()).Inc()
-		span.SetAttributes(genaiattr.AttrBackend.String(t.Backend.Name()), attrPolicy.String(t.Policy), attrReason.String(t.Reason),
-			attrPredMean.Float64(t.Prediction.Mean.Seconds()), attrPredP95.Float64(t.Prediction.P95.Seconds()),
-			attrPredictor.String(t.Prediction.Predictor), attrCachedTokens.Int(t.CachedTokens), attrCandidates.Int(t.Candidates))
+		if span.IsRecording() {
+			span.SetAttributes(genaiattr.AttrBackend.String(t.Backend.Name()), attrPolicy.String(t.Policy), attrReason.String(t.Reason),
+				attrPredMean.Float64(t.Prediction.Mean.Seconds()), attrPredP95.Float64(t.Prediction.P95.Seconds()),
+				attrPredictor.String(t.Prediction.Predictor), attrCachedTokens.Int(t.CachedTokens), attrCandidates.Int(t.Candidates))
+		}
 		if !t.MeetsSLO && route != nil && route.Admission != AdmitBestEffort {
 			if route.Admission == AdmitReject {
 				t.End(sched.OutcomeCanceled)
@@ -384,6 +377,18 @@ type attemptError struct {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Authenticate"}
 var clientSecrets = []string{"Authorization", "X-Api-Key", "Proxy-Authorization", "Cookie", "Api-Key"}
 
+// notForwarded are the request headers (canonical keys, as the server
+// stores them) never copied to a backend: hop-by-hop ones, the client's
+// credentials, and those the gateway sets itself (length, encoding, trace
+// context).
+var notForwarded = func() map[string]bool {
+	m := map[string]bool{"Accept-Encoding": true, "Content-Length": true, "Traceparent": true, "Tracestate": true}
+	for _, k := range append(slices.Clone(hopHeaders), clientSecrets...) {
+		m[k] = true
+	}
+	return m
+}()
+
 func (g *Gateway) setBackendAuth(h http.Header, u *upstream) {
 	if u.cfg.apiKey == "" {
 		return
@@ -417,18 +422,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	out.URL.RawQuery = r.URL.RawQuery
 	for k, vs := range r.Header {
-		out.Header[k] = vs
+		if !notForwarded[k] {
+			out.Header[k] = vs
+		}
 	}
-	for _, k := range hopHeaders {
-		out.Header.Del(k)
-	}
-	for _, k := range clientSecrets {
-		out.Header.Del(k)
-	}
-	out.Header.Del("Accept-Encoding")
-	out.Header.Del("Content-Length")
-	out.Header.Del("Traceparent")
-	out.Header.Del("Tracestate")
 	out.ContentLength = int64(len(body))
 	g.setBackendAuth(out.Header, u)
 	traceContext.Inject(actx, propagation.HeaderCarrier(out.Header))
@@ -442,7 +439,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		t.End(o)
 		return &attemptError{status: status, reason: reason, msg: msg, retriable: o == sched.OutcomeFailed}
 	}
-	resp, err := g.client.Do(out)
+	resp, err := g.roundTrip(out, body)
 	if err != nil {
 		if stalled.Load() {
 			return fail(http.StatusGatewayTimeout, "first_byte_timeout", fmt.Sprintf("backend %s sent nothing within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
@@ -543,7 +540,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 					if last.IsZero() {
 						t.FirstToken()
 						x.ttft = now.Sub(x.start)
-						x.span.AddEvent(genaiattr.EventFirstToken)
+						if x.span != nil {
+							x.span.AddEvent(genaiattr.EventFirstToken)
+						}
 						if t.Prediction.Mean > 0 {
 							ttft := t.Elapsed().Seconds()
 							if ttft > 0 {
@@ -616,6 +615,16 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	return nil
 }
 
+// roundTrip sends one backend request: plain-http backends through the
+// gateway's own HTTP/1.1 client, others (https, or credentials in the URL,
+// which http.Transport turns into basic auth) through the http.Client.
+func (g *Gateway) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
+	if g.h1 != nil && req.URL.Scheme == "http" && req.URL.User == nil {
+		return g.h1.roundTrip(req, body)
+	}
+	return g.client.Do(req)
+}
+
 // readyToCommit reports whether the complete events in b include a token,
 // the stream's end or an error event.
 func readyToCommit(b []byte, anthropic bool) bool {
@@ -673,6 +682,19 @@ func (g *Gateway) finish(x *exchange) {
 	if !*g.st.Load().cfg.AccessLog {
 		return
 	}
+	if g.opts.AccessLog != nil {
+		lp := g.lines.Get().(*[]byte)
+		*lp = accessLine((*lp)[:0], time.Now(), x, e2e)
+		g.opts.AccessLog.Write(*lp)
+		g.lines.Put(lp)
+		return
+	}
+	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", accessAttrs(x, e2e)...)
+}
+
+// accessAttrs are the access log's fields when it goes through Logger
+// (accessLine writes the same fields itself).
+func accessAttrs(x *exchange, e2e time.Duration) []slog.Attr {
 	attrs := []slog.Attr{
 		slog.String("api", x.api), slog.String("model", x.model), slog.Bool("stream", x.stream),
 		slog.Int("status", x.status), slog.String("backend", x.backend), slog.String("policy", x.policy),
@@ -693,7 +715,7 @@ func (g *Gateway) finish(x *exchange) {
 	if x.errMsg != "" {
 		attrs = append(attrs, slog.String("error", x.errMsg))
 	}
-	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+	return attrs
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -15,6 +15,39 @@ import (
 // Lines end in LF, CRLF or CR (the SSE grammar); a CR as the very last byte
 // is undecided (it may be the start of a CRLF) and waits for the next byte.
 func splitEvents(b []byte, fn func(ev []byte)) int {
+	if bytes.IndexByte(b, '\r') < 0 {
+		return splitEventsLF(b, fn)
+	}
+	return splitEventsAny(b, fn)
+}
+
+var lflf = []byte("\n\n")
+
+// splitEventsLF is splitEvents for the usual streams, whose lines end in
+// LF only: an event ends at the first empty line, i.e. at a LF that starts
+// the event (an empty event) or follows another LF — found with one
+// vectorised search per event instead of a look at every line.
+func splitEventsLF(b []byte, fn func(ev []byte)) int {
+	start := 0
+	for start < len(b) {
+		end := start + 1 // b[start] == '\n': an empty line right at the start
+		if b[start] != '\n' {
+			j := bytes.Index(b[start:], lflf)
+			if j < 0 {
+				break
+			}
+			end = start + j + 2
+		}
+		if fn != nil {
+			fn(b[start:end])
+		}
+		start = end
+	}
+	return start
+}
+
+// splitEventsAny is splitEvents for lines ending in LF, CRLF or CR.
+func splitEventsAny(b []byte, fn func(ev []byte)) int {
 	start := 0
 	lineStart := true
 	for i := 0; i < len(b); {

@@ -22,6 +22,8 @@ func TestSplitEvents(t *testing.T) {
 		{"data: a\r\r", nil, "data: a\r\r"}, // trailing CR undecided
 		{"data: a\r\rdata: b\r\r\n", []string{"data: a\r\r", "data: b\r\r\n"}, ""},
 		{"", nil, ""},
+		{"\n\ndata: a\n\n\ndata: b\n", []string{"\n", "\n", "data: a\n\n", "\n"}, "data: b\n"},
+		{"data: a\n\n\n", []string{"data: a\n\n", "\n"}, ""},
 	} {
 		var got []string
 		k := splitEvents([]byte(tc.in), func(ev []byte) { got = append(got, string(ev)) })
@@ -39,6 +41,15 @@ func FuzzSplitEvents(f *testing.F) {
 	f.Add([]byte("event: content_block_delta\r\ndata: {}\r\n\r\n"), uint8(3))
 	f.Add([]byte("\r\r\n\n\r"), uint8(1))
 	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		// The LF-only fast path agrees with the general splitter.
+		if bytes.IndexByte(in, '\r') < 0 {
+			var fast, general [][]byte
+			kf := splitEventsLF(in, func(ev []byte) { fast = append(fast, bytes.Clone(ev)) })
+			kg := splitEventsAny(in, func(ev []byte) { general = append(general, bytes.Clone(ev)) })
+			if kf != kg || !slices.EqualFunc(fast, general, bytes.Equal) {
+				t.Fatalf("LF fast path: %q up to %d; general: %q up to %d", fast, kf, general, kg)
+			}
+		}
 		var whole [][]byte
 		k := splitEvents(in, func(ev []byte) { whole = append(whole, bytes.Clone(ev)) })
 		if !bytes.Equal(bytes.Join(whole, nil), in[:k]) {
@@ -120,8 +131,8 @@ func TestCanonicalHashAcrossAPIs(t *testing.T) {
 	openai := `{"model":"m","messages":[{"role":"system","content":` + jsonString(long) + `},{"role":"user","content":"What is the refund window?"}]}`
 	anth := `{"model":"m","system":[{"type":"text","text":` + jsonString(long) + `}],"messages":[{"role":"user","content":[{"type":"text","text":"What is the refund window?"}]}]}`
 	hash := func(body string) []uint64 {
-		var rb requestBody
-		if err := json.Unmarshal([]byte(body), &rb); err != nil {
+		rb, err := parseRequest([]byte(body))
+		if err != nil {
 			t.Fatal(err)
 		}
 		h := sched.NewBlockHasher(0)

@@ -1,0 +1,259 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// h1Client is the gateway's HTTP/1.1 client for plain-http backends.
+//
+// Why not http.Transport: the Transport gives every connection a read loop
+// and a write loop goroutine, so one request is handed from the caller to
+// the write loop, the response from the read loop back to the caller, and
+// the connection back to the read loop at the end of the body — four
+// goroutine hand-offs, each a futex wake-up of another thread when both
+// CPUs are busy, which on a virtual machine (where a cross-CPU wake-up is a
+// VM exit) costs more than the routing itself. Here the handler's own
+// goroutine writes the request (one write system call), parses the
+// response with http.ReadResponse and reads the body, and puts the
+// connection back in an idle pool when the body ended cleanly.
+//
+// TLS backends (https) keep using http.Transport.
+type h1Client struct {
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	maxIdle     int // idle connections kept per backend address
+	idleTimeout time.Duration
+
+	mu     sync.Mutex
+	idle   map[string][]*h1Conn // per address, most recently used last
+	closed bool
+}
+
+type h1Conn struct {
+	nc     net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	addr   string
+	idleAt time.Time
+}
+
+func newH1Client(d *net.Dialer, maxIdle int, idleTimeout time.Duration) *h1Client {
+	return &h1Client{dial: d.DialContext, maxIdle: maxIdle, idleTimeout: idleTimeout, idle: map[string][]*h1Conn{}}
+}
+
+// get takes the most recently used idle connection to addr (warm in every
+// cache), dropping expired ones.
+func (c *h1Client) get(addr string, now time.Time) *h1Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.idle[addr]
+	for len(l) > 0 {
+		pc := l[len(l)-1]
+		l[len(l)-1] = nil
+		l = l[:len(l)-1]
+		if now.Sub(pc.idleAt) < c.idleTimeout {
+			c.idle[addr] = l
+			return pc
+		}
+		pc.nc.Close()
+	}
+	c.idle[addr] = l
+	return nil
+}
+
+// put returns a connection whose response was read to its end.
+func (c *h1Client) put(pc *h1Conn) {
+	pc.idleAt = time.Now()
+	c.mu.Lock()
+	if c.closed || len(c.idle[pc.addr]) >= c.maxIdle {
+		c.mu.Unlock()
+		pc.nc.Close()
+		return
+	}
+	c.idle[pc.addr] = append(c.idle[pc.addr], pc)
+	c.mu.Unlock()
+}
+
+// close closes the idle connections and stops pooling.
+func (c *h1Client) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for a, l := range c.idle {
+		for _, pc := range l {
+			pc.nc.Close()
+		}
+		delete(c.idle, a)
+	}
+}
+
+// hostPort is the dial address of a backend URL's host.
+func hostPort(host string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
+}
+
+// roundTrip sends req with exactly body (req.Body is not read) and returns
+// the response; its Body must be closed. A request that fails on a reused
+// idle connection before any response byte (the backend closed it while
+// idle) is sent once more on a new connection, as http.Transport does for
+// requests it knows were not processed.
+func (c *h1Client) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
+	ctx := req.Context()
+	addr := hostPort(req.URL.Host)
+	for try := 0; ; try++ {
+		pc := c.get(addr, time.Now())
+		reused := pc != nil
+		if pc == nil {
+			nc, err := c.dial(ctx, "tcp", addr)
+			if err != nil {
+				return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+			}
+			pc = &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+		}
+		resp, err := c.exchange(ctx, pc, req, body)
+		if err == nil {
+			return resp, nil
+		}
+		pc.nc.Close()
+		if reused && try == 0 && ctx.Err() == nil && staleConnErr(err) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("request to %s: %w (%v)", addr, ctx.Err(), err)
+		}
+		return nil, err
+	}
+}
+
+// staleConnErr reports errors that a backend's closing of an idle
+// keep-alive connection produces before any response byte.
+func staleConnErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks pending I/O.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
+	// Cancellation (client gone, first-token timeout) interrupts blocked
+	// I/O on the connection, which is then closed, never reused.
+	stop := context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
+	if err := writeRequest(pc.bw, req, body); err != nil {
+		stop()
+		return nil, fmt.Errorf("writing request to %s: %w", pc.addr, err)
+	}
+	// Wait for the first byte apart, so that a connection the backend
+	// closed while idle (EOF or reset before any byte) is told from a
+	// response cut short.
+	if _, err := pc.br.Peek(1); err != nil {
+		stop()
+		return nil, fmt.Errorf("reading response from %s: %w", pc.addr, err)
+	}
+	resp, err := http.ReadResponse(pc.br, req)
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF // some bytes came: not a stale connection
+	}
+	// Interim 1xx answers (100 Continue, 103 Early Hints) precede the real one.
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(pc.br, req)
+	}
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("reading response from %s: %w", pc.addr, err)
+	}
+	resp.Body = &h1Body{c: c, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+	return resp, nil
+}
+
+// writeRequest writes the request line, headers and body and flushes them
+// in one write (bodies larger than the buffer: two).
+func writeRequest(w *bufio.Writer, req *http.Request, body []byte) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	w.WriteString(req.Method)
+	w.WriteByte(' ')
+	w.WriteString(req.URL.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	for k, vs := range req.Header {
+		switch k {
+		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+			continue
+		}
+		for _, v := range vs {
+			// Values the gateway adds (a backend key from the
+			// environment) are checked as the Transport would.
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return fmt.Errorf("header %s: value contains a line break or NUL", k)
+			}
+			w.WriteString(k)
+			w.WriteString(": ")
+			w.WriteString(v)
+			w.WriteString("\r\n")
+		}
+	}
+	w.WriteString("Content-Length: ")
+	var nb [20]byte
+	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+	w.WriteString("\r\n\r\n")
+	w.Write(body)
+	return w.Flush()
+}
+
+// h1Body is a response body that returns its connection to the pool when
+// it was read to its end, and closes it otherwise. The inner body's Close
+// is never called: for an unfinished response it would drain the rest of
+// the stream, which for a stalled or endless one never ends.
+type h1Body struct {
+	c      *h1Client
+	pc     *h1Conn
+	body   io.ReadCloser
+	stop   func() bool
+	reuse  bool
+	eof    bool
+	closed bool
+}
+
+var errBodyClosed = errors.New("read on closed response body")
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, errBodyClosed
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	// stop reports false when cancellation already poisoned the
+	// connection's deadline; bytes left buffered past the end of the
+	// response mean the backend does not speak HTTP/1.1 as we think.
+	if b.stop() && b.eof && b.reuse && b.pc.br.Buffered() == 0 {
+		b.c.put(b.pc)
+		return nil
+	}
+	return b.pc.nc.Close()
+}
