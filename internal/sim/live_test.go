@@ -362,7 +362,13 @@ func BenchmarkBurstWriteFloor(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					time.Sleep(time.Until(at))
+					// Sleep, then spin the last millisecond, as the
+					// engine's loop does (a timer wake-up alone is late by
+					// up to a millisecond here).
+					time.Sleep(time.Until(at) - time.Millisecond)
+					for time.Now().Before(at) {
+						runtime.Gosched()
+					}
 					local := make([]time.Duration, 0, streams/writers+1)
 					for i := w; i < streams; i += writers {
 						began := time.Since(at) // as the server stamps: when write(2) began
