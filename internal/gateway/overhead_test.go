@@ -21,7 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/testutil"
+	"github.com/ttft-dev/ttft/internal/wire"
+	"github.com/ttft-dev/ttft/internal/workload"
 )
 
 // quickBackend answers every streamed chat request at once: a role event,
@@ -92,6 +95,40 @@ func ttftOnce(c *http.Client, url string) (time.Duration, error) {
 			return 0, fmt.Errorf("stream: %v", err)
 		}
 	}
+}
+
+// benchOpenLoop sends requests at a constant rate for d with ttft bench's
+// own client and returns the TTFTs and the number of failures. Its times
+// come from the kernel (a request is sent when its first write(2) begins,
+// a token arrives when the kernel received it), so neither the load
+// generator's scheduling nor its wake-ups are in them: what remains is the
+// target's. c is kept across rounds so connections stay warm.
+func benchOpenLoop(ctx context.Context, t testing.TB, c *http.Client, url string, rate float64, d time.Duration, seed int64) ([]time.Duration, int) {
+	t.Helper()
+	n := int(rate * d.Seconds())
+	src, err := workload.NewFixed(workload.FixedOptions{PromptTokens: 24, MaxTokens: 8, Chat: true, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bench.New(bench.Options{API: wire.OpenAIChat, BaseURL: url, Request: wire.RequestOptions{Model: "m"},
+		Rate: rate, Arrival: "constant", Requests: n, Client: c, RunID: "overhead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]time.Duration, 0, len(res.Records))
+	failed := 0
+	for _, rec := range res.Records {
+		if !rec.OK() {
+			failed++
+			continue
+		}
+		out = append(out, rec.FirstToken.Sub(rec.Sent))
+	}
+	return out, failed
 }
 
 // openLoop sends requests at rate for d (open loop: a slow answer does not
@@ -314,10 +351,16 @@ func TestOverhead(t *testing.T) {
 		targets = append(targets, struct{ name, url string }{"nginx", ng})
 		pids["nginx"] = pid
 	}
-	c := benchClient()
+	// ttft bench's own client (kernel-stamped times), one per target so
+	// each keeps its warm connections.
+	clients := map[string]*http.Client{}
+	for _, tg := range targets {
+		clients[tg.name] = &http.Client{Transport: bench.NewTransport(256)}
+		defer clients[tg.name].CloseIdleConnections()
+	}
 	// Warm connections and code paths.
 	for _, tg := range targets {
-		openLoop(context.Background(), c, tg.url, 500, 500*time.Millisecond)
+		benchOpenLoop(context.Background(), t, clients[tg.name], tg.url, 500, 500*time.Millisecond, 0)
 	}
 	res := map[string][]time.Duration{}
 	failed := map[string]int{}
@@ -325,7 +368,7 @@ func TestOverhead(t *testing.T) {
 	for range rounds {
 		for _, tg := range targets {
 			c0 := procCPU(pids[tg.name])
-			v, f := openLoop(context.Background(), c, tg.url, rate, dur)
+			v, f := benchOpenLoop(context.Background(), t, clients[tg.name], tg.url, rate, dur, int64(len(res[tg.name])))
 			cpu[tg.name] += procCPU(pids[tg.name]) - c0
 			res[tg.name] = append(res[tg.name], v...)
 			failed[tg.name] += f
