@@ -79,11 +79,17 @@ func stampingDialer(d *net.Dialer) func(ctx context.Context, network, addr strin
 		if err != nil {
 			return nil, err
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			if sc, ok := enableRXStamps(tc); ok {
-				return sc, nil
-			}
-		}
-		return c, nil
+		return withRXStamps(c), nil
 	}
+}
+
+// withRXStamps is c reading kernel receive timestamps, or c itself where
+// it cannot.
+func withRXStamps(c net.Conn) net.Conn {
+	if tc, ok := c.(*net.TCPConn); ok {
+		if sc, ok := enableRXStamps(tc); ok {
+			return sc
+		}
+	}
+	return c
 }

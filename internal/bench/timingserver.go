@@ -73,12 +73,7 @@ func (l stampingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		if sc, ok := enableRXStamps(tc); ok {
-			return sc, nil
-		}
-	}
-	return c, nil
+	return withRXStamps(c), nil
 }
 
 func (s *TimingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
