@@ -58,6 +58,14 @@ func checkKV(t *testing.T, e *Engine) {
 			t.Fatalf("waiting seq %d holds %d blocks", s.ID, len(s.blocks))
 		}
 	}
+	checkBlocks(t, k, want)
+}
+
+// checkBlocks checks the KV cache against the block references the
+// running sequences hold (want): refcounts, the free list, the hash index
+// and the prefix counters.
+func checkBlocks(t *testing.T, k *kvCache, want []int32) {
+	t.Helper()
 	free := 0
 	for b := range want {
 		if k.ref[b] != want[b] {

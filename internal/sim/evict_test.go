@@ -288,30 +288,5 @@ func checkEvictKV(t *testing.T, e *Engine) {
 			t.Fatalf("seq %d computed %d tokens but has %d block slots", s.ID, s.numComputed, len(s.blocks))
 		}
 	}
-	free := 0
-	for b := range want {
-		if k.ref[b] != want[b] {
-			t.Fatalf("block %d refcount %d, held by %d sequences", b, k.ref[b], want[b])
-		}
-		if (k.ref[b] == 0) != k.inFree[b] {
-			t.Fatalf("block %d: ref %d but inFree=%v", b, k.ref[b], k.inFree[b])
-		}
-		if k.inFree[b] {
-			free++
-		}
-	}
-	n := 0
-	for b := k.head; b >= 0; b = k.next[b] {
-		if n++; n > k.numBlocks() {
-			t.Fatal("free list has a cycle")
-		}
-	}
-	if n != free || k.numFree != free {
-		t.Fatalf("free list length %d, numFree %d, free blocks %d", n, k.numFree, free)
-	}
-	for h, b := range k.cache {
-		if !k.hashed[b] || k.hash[b] != h {
-			t.Fatalf("cache entry %x points at block %d holding %x", h, b, k.hash[b])
-		}
-	}
+	checkBlocks(t, k, want)
 }
