@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,11 +15,23 @@ import (
 
 // rxConn reads with recvmsg(2) so that each read brings the kernel's
 // receive timestamp (SCM_TIMESTAMPNS) of the last segment it consumed.
+//
+// A read is on every token's path, so it allocates nothing: the message
+// header, the control buffer and the callback handed to RawConn.Read live
+// in the connection (syscall.Recvmsg would allocate a socket address, and
+// a fresh closure its captured variables, on every call).
 type rxConn struct {
 	net.Conn
 	raw  syscall.RawConn
 	last atomic.Int64
-	oob  [8]uint64 // 64 bytes, aligned for a cmsghdr
+
+	rmu    sync.Mutex // one Read at a time uses the fields below
+	oob    [8]uint64  // 64 bytes, aligned for a cmsghdr
+	iov    syscall.Iovec
+	msg    syscall.Msghdr
+	n      int
+	errno  syscall.Errno
+	readFn func(fd uintptr) bool
 
 	base   time.Time   // monotonic origin of tx
 	marked atomic.Bool // a request started; its first write is not yet stamped
@@ -37,7 +50,21 @@ func enableRXStamps(c *net.TCPConn) (net.Conn, bool) {
 	}); err != nil || serr != nil {
 		return nil, false
 	}
-	return &rxConn{Conn: c, raw: raw, base: time.Now()}, true
+	rc := &rxConn{Conn: c, raw: raw, base: time.Now()}
+	rc.readFn = rc.recvmsg
+	return rc, true
+}
+
+// recvmsg is the RawConn.Read callback: false asks to wait for input.
+func (c *rxConn) recvmsg(fd uintptr) bool {
+	for {
+		n, _, e := syscall.Syscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&c.msg)), 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		c.n, c.errno = int(n), e
+		return e != syscall.EAGAIN
+	}
 }
 
 func (c *rxConn) lastRX() int64 { return c.last.Load() }
@@ -65,20 +92,18 @@ func (c *rxConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	oob := unsafe.Slice((*byte)(unsafe.Pointer(&c.oob[0])), len(c.oob)*8)
-	var n, oobn int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), p, oob, 0)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		return rerr != syscall.EAGAIN
-	})
-	if err == nil && rerr != nil {
-		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", rerr)}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.iov.Base = &p[0]
+	c.iov.SetLen(len(p))
+	c.msg = syscall.Msghdr{Iov: &c.iov, Iovlen: 1, Control: (*byte)(unsafe.Pointer(&c.oob[0]))}
+	c.msg.SetControllen(len(c.oob) * 8)
+	c.n, c.errno = 0, 0
+	err := c.raw.Read(c.readFn)
+	n, oobn := c.n, int(c.msg.Controllen)
+	c.iov.Base = nil // do not keep the caller's buffer alive
+	if err == nil && c.errno != 0 {
+		err = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvmsg", c.errno)}
 	}
 	if err != nil {
 		c.last.Store(0)
@@ -87,7 +112,8 @@ func (c *rxConn) Read(p []byte) (int, error) {
 	if n == 0 {
 		return 0, io.EOF
 	}
-	c.last.Store(parseRXStamp(oob[:oobn]))
+	oob := unsafe.Slice((*byte)(unsafe.Pointer(&c.oob[0])), len(c.oob)*8)
+	c.last.Store(parseRXStamp(oob[:min(oobn, len(oob))]))
 	return n, nil
 }
 
