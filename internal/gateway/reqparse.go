@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/ttft-dev/ttft/internal/jsonscan"
 )
 
 // parsedRequest is what the gateway reads from an OpenAI or Anthropic
@@ -66,248 +67,30 @@ func parseRequestJSON(body []byte) (parsedRequest, error) {
 	return p, nil
 }
 
-// scanner is a JSON reader over one body. Every method returns false when
-// the input is invalid or unusual, which sends the body to encoding/json.
-type scanner struct {
-	b []byte
-	i int
-}
+// reqScanner adds the request-specific readers to the shared tokenizer
+// (internal/jsonscan). Every method returns false when the input is
+// invalid or unusual, which sends the body to encoding/json.
+type reqScanner struct{ jsonscan.Scanner }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+// Nesting bounds for skipped values (counted from the top-level object, as
+// the scanner used to): deeper bodies are left to encoding/json and its
+// own depth limit.
+const (
+	skipDepthField = 63 // a top-level field's or a message's content value
+	skipDepthInner = 62 // a field inside a message or a content part
+)
 
-func (s *scanner) peek() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-func (s *scanner) lit(w string) bool {
-	if len(s.b)-s.i >= len(w) && string(s.b[s.i:s.i+len(w)]) == w {
-		s.i += len(w)
-		return true
-	}
-	return false
-}
-
-// str reads a string token. Strings without escapes and with valid UTF-8
-// are sliced out of the body; others are decoded by encoding/json (which
-// replaces invalid UTF-8 as the reference does).
-func (s *scanner) str() (string, bool) {
-	if s.peek() != '"' {
-		return "", false
-	}
-	start := s.i
-	s.i++
-	plain, ascii := true, true
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			if plain && (ascii || utf8.Valid(s.b[start+1:s.i-1])) {
-				return string(s.b[start+1 : s.i-1]), true
-			}
-			var out string
-			if json.Unmarshal(s.b[start:s.i], &out) != nil {
-				return "", false
-			}
-			return out, true
-		case c == '\\':
-			plain = false
-			s.i += 2 // the escaped byte is never the closing quote
-		case c < 0x20:
-			return "", false
-		default:
-			if c >= 0x80 {
-				ascii = false
-			}
-			s.i++
-		}
-	}
-	return "", false
-}
-
-// key reads an object key; only plain ASCII keys are handled here
-// (encoding/json matches keys case-insensitively with Unicode folding, and
-// an escaped key is left to it too). The key aliases the body.
-func (s *scanner) key() ([]byte, bool) {
-	if s.peek() != '"' {
-		return nil, false
-	}
-	start := s.i + 1
-	for s.i++; s.i < len(s.b) && s.b[s.i] != '"'; s.i++ {
-		if c := s.b[s.i]; c < 0x20 || c >= 0x80 || c == '\\' {
-			return nil, false
-		}
-	}
-	if s.i >= len(s.b) {
-		return nil, false
-	}
-	k := s.b[start:s.i]
-	s.i++
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != ':' {
-		return nil, false
-	}
-	s.i++
-	return k, true
-}
-
-// is reports whether the ASCII key k equals name (lower case) ignoring
-// case, as encoding/json matches field names.
-func is(k []byte, name string) bool {
-	if len(k) != len(name) {
-		return false
-	}
-	for i, c := range k {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != name[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// skip validates and passes over any value.
-func (s *scanner) skip(depth int) bool {
-	if depth > 64 {
-		return false
-	}
-	switch s.peek() {
-	case '"':
-		_, ok := s.str()
-		return ok
-	case '{':
-		s.i++
-		if s.peek() == '}' {
-			s.i++
-			return true
-		}
-		for {
-			if _, ok := s.anyKey(); !ok || !s.skip(depth+1) {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case '[':
-		s.i++
-		if s.peek() == ']' {
-			s.i++
-			return true
-		}
-		for {
-			if !s.skip(depth + 1) {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return true
-			default:
-				return false
-			}
-		}
-	case 't':
-		return s.lit("true")
-	case 'f':
-		return s.lit("false")
-	case 'n':
-		return s.lit("null")
-	default:
-		_, ok := s.number()
-		return ok
-	}
-}
-
-// anyKey reads a key of an object whose keys do not matter.
-func (s *scanner) anyKey() (string, bool) {
-	if _, ok := s.str(); !ok {
-		return "", false
-	}
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != ':' {
-		return "", false
-	}
-	s.i++
-	return "", true
-}
-
-// number reads a JSON number and returns its text.
-func (s *scanner) number() ([]byte, bool) {
-	s.ws()
-	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		s.i++
-	}
-	digits := func() int {
-		n := 0
-		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-			s.i++
-			n++
-		}
-		return n
-	}
-	if s.i < len(s.b) && s.b[s.i] == '0' {
-		s.i++
-	} else if digits() == 0 {
-		return nil, false
-	}
-	if s.i < len(s.b) && s.b[s.i] == '.' {
-		s.i++
-		if digits() == 0 {
-			return nil, false
-		}
-	}
-	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
-		s.i++
-		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
-			s.i++
-		}
-		if digits() == 0 {
-			return nil, false
-		}
-	}
-	return s.b[start:s.i], true
-}
-
-// nullOr reports whether the next value is null (consumed).
-func (s *scanner) null() bool {
-	if s.peek() == 'n' {
-		return s.lit("null")
-	}
-	return false
-}
+// is reports whether the plain key k names the field name (lower case)
+// as encoding/json matches it.
+func is(k []byte, name string) bool { return jsonscan.KeyIs(k, name) }
 
 // intValue reads an integer field as encoding/json does into an int;
 // fractions and exponents (an error there) are unusual here.
-func (s *scanner) intValue(v *int) bool {
-	if s.null() {
+func (s *reqScanner) intValue(v *int) bool {
+	if s.Null() {
 		return true
 	}
-	t, ok := s.number()
+	t, ok := s.Number()
 	if !ok {
 		return false
 	}
@@ -319,248 +102,139 @@ func (s *scanner) intValue(v *int) bool {
 	return true
 }
 
+// strField reads a string field; null leaves it as it was, as
+// encoding/json does.
+func (s *reqScanner) strField(dst *string) bool {
+	if s.Null() {
+		return true
+	}
+	v, ok := s.Str()
+	*dst = v
+	return ok
+}
+
 // content reads a message content, system or prompt value and flattens it
 // as contentText does: a string, text parts ({"type":..,"text":..}) or
 // strings; other values flatten to "".
-func (s *scanner) content(out *string) bool {
-	switch s.peek() {
+func (s *reqScanner) content(out *string) bool {
+	switch s.Peek() {
 	case '"':
-		v, ok := s.str()
+		v, ok := s.Str()
 		*out = v
 		return ok
 	case '[':
 	default:
 		*out = ""
-		return s.skip(1)
+		return s.Skip(skipDepthField)
 	}
-	s.i++
 	var sb strings.Builder
-	if s.peek() == ']' {
-		s.i++
-		*out = ""
-		return true
-	}
 	kind := byte(0) // the first element's kind: '"' or '{'; mixed is unusual
-	for {
-		c := s.peek()
+	ok := s.Array(func() bool {
+		c := s.Peek()
 		if kind == 0 {
 			kind = c
 		}
 		if c != kind {
 			return false
 		}
+		var v string
+		ok := false
 		switch c {
 		case '"':
-			v, ok := s.str()
-			if !ok {
-				return false
-			}
-			sb.WriteString(v)
+			v, ok = s.Str()
 		case '{':
-			text, ok := s.part()
-			if !ok {
-				return false
-			}
-			sb.WriteString(text)
-		default:
-			return false
+			v, ok = s.part()
 		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			*out = sb.String()
-			return true
-		default:
-			return false
-		}
-	}
+		sb.WriteString(v)
+		return ok
+	})
+	*out = sb.String()
+	return ok
 }
 
 // part reads one content part object and returns its "text".
-func (s *scanner) part() (string, bool) {
-	s.i++ // '{'
+func (s *reqScanner) part() (string, bool) {
 	text := ""
-	if s.peek() == '}' {
-		s.i++
-		return "", true
-	}
-	for {
-		k, ok := s.key()
-		if !ok {
-			return "", false
+	ok := s.Object(func(k []byte) bool {
+		if !is(k, "text") && !is(k, "type") {
+			return s.Skip(skipDepthInner)
 		}
-		switch {
-		case is(k, "text"), is(k, "type"):
-			if !s.null() {
-				v, ok := s.str()
-				if !ok {
-					return "", false
-				}
-				if is(k, "text") {
-					text = v
-				}
-			}
-		default:
-			if !s.skip(2) {
-				return "", false
-			}
+		if s.Null() {
+			return true
 		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return text, true
-		default:
-			return "", false
+		v, ok := s.Str()
+		if is(k, "text") {
+			text = v
 		}
-	}
+		return ok
+	})
+	return text, ok
 }
 
 // messages reads the messages array (null leaves it empty).
-func (s *scanner) messages(out *[]msgText) bool {
-	if s.null() {
+func (s *reqScanner) messages(out *[]msgText) bool {
+	if s.Null() {
 		*out = nil
 		return true
 	}
-	if s.peek() != '[' {
-		return false
-	}
-	s.i++
 	*out = (*out)[:0]
-	if s.peek() == ']' {
-		s.i++
-		return true
-	}
-	for {
-		if s.peek() != '{' {
-			return false // null elements and non-objects: unusual
-		}
-		s.i++
+	return s.Array(func() bool {
 		var m msgText
-		if s.peek() == '}' {
-			s.i++
-		} else {
-			for {
-				k, ok := s.key()
-				if !ok {
-					return false
-				}
-				switch {
-				case is(k, "role"):
-					if !s.null() {
-						if m.Role, ok = s.str(); !ok {
-							return false
-						}
-					}
-				case is(k, "content"):
-					if !s.content(&m.Text) {
-						return false
-					}
-				default:
-					if !s.skip(2) {
-						return false
-					}
-				}
-				c := s.peek()
-				s.i++
-				if c == '}' {
-					break
-				}
-				if c != ',' {
-					return false
-				}
+		// Object refuses null elements and non-objects: unusual.
+		ok := s.Object(func(k []byte) bool {
+			switch {
+			case is(k, "role"):
+				return s.strField(&m.Role)
+			case is(k, "content"):
+				return s.content(&m.Text)
 			}
-		}
+			return s.Skip(skipDepthInner)
+		})
 		*out = append(*out, m)
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
+		return ok
+	})
 }
 
 // scanRequest is the one-pass reading; ok false means "ask encoding/json".
 func scanRequest(body []byte) (parsedRequest, bool) {
 	var p parsedRequest
 	seenMessages := false
-	s := scanner{b: body}
-	if s.peek() != '{' {
-		return p, false
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-	} else {
-		for {
-			k, ok := s.key()
-			if !ok {
-				return p, false
-			}
+	s := reqScanner{jsonscan.New(body)}
+	ok := s.Object(func(k []byte) bool {
+		switch {
+		case is(k, "model"):
+			return s.strField(&p.Model)
+		case is(k, "stream"):
 			switch {
-			case is(k, "model"):
-				if !s.null() {
-					if p.Model, ok = s.str(); !ok {
-						return p, false
-					}
-				}
-			case is(k, "stream"):
-				switch {
-				case s.null():
-				case s.lit("true"):
-					p.Stream = true
-				case s.lit("false"):
-					p.Stream = false
-				default:
-					return p, false
-				}
-			case is(k, "max_tokens"):
-				if !s.intValue(&p.MaxTokens) {
-					return p, false
-				}
-			case is(k, "max_completion_tokens"):
-				if !s.intValue(&p.MaxCompletionTokens) {
-					return p, false
-				}
-			case is(k, "messages"):
-				// A repeated "messages" is decoded by encoding/json into
-				// the first one's elements, keeping their fields: unusual.
-				if seenMessages || !s.messages(&p.Messages) {
-					return p, false
-				}
-				seenMessages = true
-			case is(k, "system"):
-				if !s.content(&p.System) {
-					return p, false
-				}
-			case is(k, "prompt"):
-				if !s.content(&p.Prompt) {
-					return p, false
-				}
+			case s.Null():
+			case s.Literal("true"):
+				p.Stream = true
+			case s.Literal("false"):
+				p.Stream = false
 			default:
-				if !s.skip(1) {
-					return p, false
-				}
+				return false
 			}
-			c := s.peek()
-			s.i++
-			if c == '}' {
-				break
+			return true
+		case is(k, "max_tokens"):
+			return s.intValue(&p.MaxTokens)
+		case is(k, "max_completion_tokens"):
+			return s.intValue(&p.MaxCompletionTokens)
+		case is(k, "messages"):
+			// A repeated "messages" is decoded by encoding/json into
+			// the first one's elements, keeping their fields: unusual.
+			if seenMessages {
+				return false
 			}
-			if c != ',' {
-				return p, false
-			}
+			seenMessages = true
+			return s.messages(&p.Messages)
+		case is(k, "system"):
+			return s.content(&p.System)
+		case is(k, "prompt"):
+			return s.content(&p.Prompt)
 		}
-	}
-	s.ws()
-	if s.i != len(s.b) {
+		return s.Skip(skipDepthField)
+	})
+	if !ok || !s.End() {
 		return p, false
 	}
 	if len(p.Messages) == 0 {

@@ -48,6 +48,7 @@ func TestParseRequestMatchesEncodingJSON(t *testing.T) {
 	for _, in := range parseSeeds {
 		checkParse(t, []byte(in))
 	}
+	checkParse(t, escapedBody)
 	for _, in := range parseSeeds[:7] {
 		if _, ok := scanRequest([]byte(in)); !ok {
 			t.Errorf("the scanner declined a common body: %s", in)
@@ -84,7 +85,19 @@ func FuzzParseRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) { checkParse(t, in) })
 }
 
-func BenchmarkParseRequest(b *testing.B) {
+func BenchmarkParseRequest(b *testing.B) { benchParse(b, benchBody) }
+
+// escapedBody is a chat request whose texts carry the escapes real prompts
+// do (newlines, quotes, a non-ASCII letter): the scanner decodes them
+// itself rather than handing each string to encoding/json.
+var escapedBody = []byte(`{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"system","content":"You are a helpful assistant.\nAnswer in one line."},{"role":"user","content":"Translate \"caf\u00e9\" into English.\nThen stop."}]}`)
+
+func BenchmarkParseRequestEscaped(b *testing.B) { benchParse(b, escapedBody) }
+
+func benchParse(b *testing.B, body []byte) {
+	if _, ok := scanRequest(body); !ok {
+		b.Fatal("the scanner declined the benchmark body")
+	}
 	for _, bc := range []struct {
 		name string
 		f    func([]byte) (parsedRequest, error)
@@ -92,7 +105,7 @@ func BenchmarkParseRequest(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := bc.f(benchBody); err != nil {
+				if _, err := bc.f(body); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,27 +1,22 @@
 package wire
 
+import "github.com/ttft-dev/ttft/internal/jsonscan"
+
 // A fast path for the one event shape that dominates every OpenAI-compatible
 // stream: {"choices":[{"delta":{"content":"..."}}], ...} with plain strings.
 // It walks the bytes once without reflection or allocation beyond the text
 // itself, and gives up (returning false) on anything unusual — escapes,
 // tool calls, usage, errors, timings — which the encoding/json path then
 // handles. A fuzz test checks both paths agree whenever the fast one answers.
+// The JSON tokens come from internal/jsonscan; the chunk's shape is here.
+
+// chunkScanner adds the chunk-specific readers to the shared tokenizer.
+type chunkScanner struct{ jsonscan.Scanner }
 
 func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
-	s := scanner{b: data}
-	if !s.consume('{') {
-		return false
-	}
-	if s.peekIs('}') {
-		s.i++
-		return s.end()
-	}
+	s := chunkScanner{jsonscan.New(data)}
 	seenChoices := false
-	for {
-		key, ok := s.key()
-		if !ok || !s.consume(':') {
-			return false
-		}
+	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "choices":
 			if seenChoices || !s.choices(c) {
@@ -31,7 +26,7 @@ func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
 		case "model":
 			// Every chunk repeats the model name: reuse the last string
 			// rather than allocating one per token.
-			m, ok := s.key()
+			m, ok := s.PlainBytes()
 			if !ok {
 				return false
 			}
@@ -39,94 +34,50 @@ func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
 				d.model = string(m)
 			}
 			c.Model = d.model
-		case "usage", "error", "object", "timings", "message":
-			// "object" is usually "chat.completion.chunk"; vLLM's error
-			// objects use it too, so let the full decoder look.
-			if string(key) == "object" {
-				v, ok := s.key()
-				if !ok || string(v) == "error" {
-					return false
-				}
-				break
-			}
-			if !s.null() {
-				return false
-			}
+		case "object":
+			// Usually "chat.completion.chunk"; vLLM's error objects use
+			// it too, so let the full decoder look.
+			v, ok := s.PlainBytes()
+			return ok && string(v) != "error"
+		case "usage", "error", "timings", "message":
+			return s.Null()
 		default:
-			if foldsTo(key, "model", "choices", "usage", "error", "object", "timings", "message") || !s.skipValue(0) {
-				return false
-			}
+			return !foldsTo(key, "model", "choices", "usage", "error", "object", "timings", "message") && s.Skip(maxSkipDepth)
 		}
-		if s.consume(',') {
-			continue
-		}
-		return s.consume('}') && s.end()
-	}
+		return true
+	}) && s.End()
 }
 
-func (s *scanner) choices(c *Chunk) bool {
-	if s.null() {
-		return true
-	}
-	if !s.consume('[') {
-		return false
-	}
-	if s.consume(']') {
-		return true
-	}
-	for {
-		if !s.choice(c) {
-			return false
-		}
-		if s.consume(',') {
-			continue
-		}
-		return s.consume(']')
-	}
+func (s *chunkScanner) choices(c *Chunk) bool {
+	return s.Null() || s.Array(func() bool { return s.choice(c) })
 }
 
-func (s *scanner) choice(c *Chunk) bool {
-	if !s.consume('{') {
-		return false
-	}
+func (s *chunkScanner) choice(c *Chunk) bool {
 	var d deltaFields
 	var text string
 	seenDelta := false
-	if !s.consume('}') {
-		for {
-			key, ok := s.key()
-			if !ok || !s.consume(':') {
+	ok := s.Object(func(key []byte) bool {
+		var ok bool
+		switch string(key) {
+		case "delta":
+			if seenDelta || !s.delta(&d) {
 				return false
 			}
-			switch string(key) {
-			case "delta":
-				if seenDelta || !s.delta(&d) {
-					return false
-				}
-				seenDelta = true
-			case "text":
-				if text, ok = s.stringOrNull(); !ok {
-					return false
-				}
-			case "finish_reason":
-				t, ok := s.stringOrNull()
-				if !ok {
-					return false
-				}
-				d.finish, d.finishSet = t, true
-			default:
-				if foldsTo(key, "delta", "text", "finish_reason") || !s.skipValue(0) {
-					return false
-				}
-			}
-			if s.consume(',') {
-				continue
-			}
-			if !s.consume('}') {
-				return false
-			}
-			break
+			seenDelta = true
+		case "text":
+			text, ok = s.stringOrNull()
+			return ok
+		case "finish_reason":
+			d.finish, ok = s.stringOrNull()
+			d.finishSet = ok
+			return ok
+		default:
+			return !foldsTo(key, "delta", "text", "finish_reason") && s.Skip(maxSkipDepth)
 		}
+		return true
+	})
+	if !ok {
+		return false
 	}
 	if d.role != "" {
 		c.Role = true
@@ -144,21 +95,8 @@ type deltaFields struct {
 	finishSet                                          bool
 }
 
-func (s *scanner) delta(d *deltaFields) bool {
-	if s.null() {
-		return true
-	}
-	if !s.consume('{') {
-		return false
-	}
-	if s.consume('}') {
-		return true
-	}
-	for {
-		key, ok := s.key()
-		if !ok || !s.consume(':') {
-			return false
-		}
+func (s *chunkScanner) delta(d *deltaFields) bool {
+	return s.Null() || s.Object(func(key []byte) bool {
 		var dst *string
 		switch string(key) {
 		case "role":
@@ -175,238 +113,31 @@ func (s *scanner) delta(d *deltaFields) bool {
 			return false
 		}
 		t, ok := s.stringOrNull()
-		if !ok {
-			return false
-		}
 		*dst = t
-		if s.consume(',') {
-			continue
-		}
-		return s.consume('}')
-	}
+		return ok
+	})
 }
 
 // foldsTo reports whether key matches any name the way encoding/json
 // matches object keys to fields (ASCII case-insensitively).
 func foldsTo(key []byte, names ...string) bool {
 	for _, n := range names {
-		if len(n) != len(key) {
-			continue
-		}
-		eq := true
-		for i := range key {
-			a, b := key[i], n[i]
-			if 'A' <= a && a <= 'Z' {
-				a += 'a' - 'A'
-			}
-			if a != b {
-				eq = false
-				break
-			}
-		}
-		if eq {
+		if jsonscan.KeyIs(key, n) {
 			return true
 		}
 	}
 	return false
 }
 
-type scanner struct {
-	b []byte
-	i int
-}
+// maxSkipDepth bounds the nesting of values the fast path skips (ids,
+// logprobs...); deeper ones go to encoding/json.
+const maxSkipDepth = 8
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func (s *scanner) consume(ch byte) bool {
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ch {
-		s.i++
-		return true
-	}
-	return false
-}
-
-func (s *scanner) peekIs(ch byte) bool {
-	s.ws()
-	return s.i < len(s.b) && s.b[s.i] == ch
-}
-
-func (s *scanner) end() bool {
-	s.ws()
-	return s.i == len(s.b)
-}
-
-func (s *scanner) null() bool {
-	s.ws()
-	if len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
-		s.i += 4
-		return true
-	}
-	return false
-}
-
-// plainString reads a string with no escapes and only valid, non-control
-// bytes below 0x80 or well-formed UTF-8 (checked by the caller's fallback
-// being authoritative: anything doubtful returns false).
-func (s *scanner) plainString() (string, bool) {
-	if !s.consume('"') {
-		return "", false
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch ch := s.b[s.i]; {
-		case ch == '"':
-			str := string(s.b[start:s.i])
-			s.i++
-			return str, true
-		case ch == '\\' || ch < 0x20 || ch >= 0x80:
-			// Escapes and non-ASCII (which encoding/json validates and may
-			// replace) go to the full decoder.
-			return "", false
-		}
-		s.i++
-	}
-	return "", false
-}
-
-// key reads an object key without allocating.
-func (s *scanner) key() ([]byte, bool) {
-	if !s.consume('"') {
-		return nil, false
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch ch := s.b[s.i]; {
-		case ch == '"':
-			k := s.b[start:s.i]
-			s.i++
-			return k, true
-		case ch == '\\' || ch < 0x20 || ch >= 0x80:
-			return nil, false
-		}
-		s.i++
-	}
-	return nil, false
-}
-
-func (s *scanner) stringOrNull() (string, bool) {
-	if s.null() {
+// stringOrNull reads a plain string, or null as "" (as encoding/json
+// leaves a string field untouched by null).
+func (s *chunkScanner) stringOrNull() (string, bool) {
+	if s.Null() {
 		return "", true
 	}
-	return s.plainString()
-}
-
-// skipValue skips numbers, literals and (up to a small depth) plain arrays
-// and objects.
-func (s *scanner) skipValue(depth int) bool {
-	if depth > 8 {
-		return false
-	}
-	s.ws()
-	if s.i >= len(s.b) {
-		return false
-	}
-	switch ch := s.b[s.i]; {
-	case ch == '"':
-		_, ok := s.plainString()
-		return ok
-	case ch == '{':
-		s.i++
-		if s.consume('}') {
-			return true
-		}
-		for {
-			if _, ok := s.plainString(); !ok || !s.consume(':') || !s.skipValue(depth+1) {
-				return false
-			}
-			if s.consume(',') {
-				continue
-			}
-			return s.consume('}')
-		}
-	case ch == '[':
-		s.i++
-		if s.consume(']') {
-			return true
-		}
-		for {
-			if !s.skipValue(depth + 1) {
-				return false
-			}
-			if s.consume(',') {
-				continue
-			}
-			return s.consume(']')
-		}
-	case ch == 't':
-		return s.literal("true")
-	case ch == 'f':
-		return s.literal("false")
-	case ch == 'n':
-		return s.literal("null")
-	case ch == '-' || ch >= '0' && ch <= '9':
-		return s.number()
-	}
-	return false
-}
-
-func (s *scanner) literal(l string) bool {
-	if len(s.b)-s.i >= len(l) && string(s.b[s.i:s.i+len(l)]) == l {
-		s.i += len(l)
-		return true
-	}
-	return false
-}
-
-// number accepts JSON's number grammar exactly.
-func (s *scanner) number() bool {
-	b, i := s.b, s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return false
-		}
-	}
-	s.i = i
-	return true
+	return s.PlainString()
 }
