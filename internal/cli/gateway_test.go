@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
 func TestGatewayValidate(t *testing.T) {
@@ -87,25 +87,6 @@ func TestBenchThroughGateway(t *testing.T) {
 	}
 }
 
-// gwLogBuf is a goroutine-safe stderr for a gateway running in the
-// background (its log buffer flushes from a timer).
-type gwLogBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *gwLogBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *gwLogBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestGatewayAccessLogAndProfile: the buffered access log reaches stderr
 // (at the latest on shutdown), one JSON line per request, and --cpu-profile
 // leaves a profile behind when the gateway stops.
@@ -127,7 +108,7 @@ func TestGatewayAccessLogAndProfile(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	prof := filepath.Join(t.TempDir(), "gw.pprof")
-	var gwErr gwLogBuf
+	var gwErr testutil.SyncBuffer
 	gwDone := make(chan int, 1)
 	go func() {
 		gwDone <- Main(ctx, Env{Args: []string{"gateway", "--listen", addr, "--backend", "http://" + bl.Addr().String(), "--cpu-profile", prof},

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
 func runSimCLI(t *testing.T, args ...string) (int, string, string) {
@@ -86,27 +86,9 @@ func TestPlanFindsCheapest(t *testing.T) {
 	}
 }
 
-// syncBuf is a goroutine-safe writer for a command running in the background.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestSimServeReplicas(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuf
+	var out, errb testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(ctx, Env{Args: []string{"sim", "serve", "--port", "0", "--replicas", "2", "--served-model-name", "tiny"}, Stdout: &out, Stderr: &errb})

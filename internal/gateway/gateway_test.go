@@ -11,10 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/ttft-dev/ttft/internal/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -246,7 +246,7 @@ func TestKeysAndRateLimits(t *testing.T) {
 	cfg := cfgFor("round-robin", fb)
 	cfg.Backends[0].APIKeyEnv = "BACKEND_KEY"
 	cfg.Keys = []ClientKey{{Name: "team", SHA256: HashKey("sk-client-secret"), RequestsPerMinute: 3}}
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	_, url := startGateway(t, cfg, Options{
 		Getenv: func(k string) string { return map[string]string{"BACKEND_KEY": "sk-backend"}[k] },
 		Logger: slog.New(slog.NewJSONHandler(&logBuf, nil)),
@@ -284,23 +284,6 @@ func TestKeysAndRateLimits(t *testing.T) {
 	if !strings.Contains(log, `"key":"team"`) || !strings.Contains(log, `"msg":"request"`) {
 		t.Fatalf("access log lacks the key name or request lines:\n%s", log)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestAdmissionRejectAndDegrade(t *testing.T) {
