@@ -46,6 +46,7 @@ type benchOptions struct {
 	NoTemperature bool
 	NoUsage       bool
 	Insecure      bool
+	ReadClock     bool
 	MaxTokensKey  string
 	ExtraBody     string
 	SelfCheck     bool
@@ -105,6 +106,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 	f.BoolVar(&o.NoTemperature, "no-temperature", false, "send no temperature (for models that refuse one)")
 	f.BoolVar(&o.Insecure, "insecure", false, "do not verify the target's TLS certificate (self-signed internal endpoints)")
 	f.BoolVar(&o.NoUsage, "no-usage", false, "do not ask for stream_options.include_usage (servers that reject it)")
+	f.BoolVar(&o.ReadClock, "read-clock", false, "time events when each read returns, as most clients do, instead of by the kernel's receive timestamps")
 	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
 	f.StringVar(&o.MaxTokensKey, "max-tokens-field", "max_tokens", "OpenAI body field for --max-tokens: max_tokens, or max_completion_tokens for OpenAI's reasoning models")
 	f.BoolVar(&o.SelfCheck, "self-check", false, "measure this client's own added TTFT error and event rate against an exact-timing server")
@@ -219,7 +221,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Concurrency: o.load.Concurrency, Rate: o.load.Rate, Arrival: o.load.Arrival, Burstiness: o.load.Burstiness,
 		MaxConcurrency: o.load.MaxConcurrency, RampUp: o.load.RampUp,
 		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
-		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes,
+		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
 		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
 		Sinks: []bench.Sink{jsonl}, Observers: observers,
 		// W3C trace context of each request's span goes to the server.

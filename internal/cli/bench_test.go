@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -46,6 +47,19 @@ func TestBenchDefaultTargetWritesResults(t *testing.T) {
 	if err != nil || len(recs) != 12 {
 		t.Fatalf("requests.jsonl: %d records, %v", len(recs), err)
 	}
+	if runtime.GOOS == "linux" {
+		kernel := 0
+		for _, r := range recs {
+			if r.ArrivalClock == record.ClockKernel {
+				kernel++
+			}
+		}
+		// The host switches receive stamping on lazily for its first
+		// socket, so the very first events may go unstamped.
+		if kernel < 8 {
+			t.Errorf("%d of 12 records timed by kernel receive timestamps, want nearly all on Linux", kernel)
+		}
+	}
 	var sum map[string]any
 	if err := record.ReadJSON(filepath.Join(out, "summary.json"), &sum); err != nil {
 		t.Fatal(err)
@@ -80,6 +94,28 @@ func TestBenchDefaultTargetWritesResults(t *testing.T) {
 	var man record.Manifest
 	if err := record.ReadJSON(filepath.Join(out, "manifest.json"), &man); err != nil || man.Model == "" || man.Ended.IsZero() {
 		t.Fatalf("manifest %+v %v", man, err)
+	}
+}
+
+// TestBenchReadClock: --read-clock times events at the read, and the
+// records say so by carrying no arrival clock.
+func TestBenchReadClock(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := runCLI(t, "bench", "-n", "4", "-c", "2", "--max-tokens", "4", "--out", out, "--no-progress", "--read-clock")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 4 {
+		t.Fatalf("requests.jsonl: %d records, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		if r.ArrivalClock != "" || r.FirstTokenReadDelayMs != 0 {
+			t.Errorf("record %d: arrival clock %q, read delay %v with --read-clock", r.Index, r.ArrivalClock, r.FirstTokenReadDelayMs)
+		}
+	}
+	if strings.Contains(stdout, "client read delay") {
+		t.Errorf("the table shows a client read delay without kernel stamps:\n%s", stdout)
 	}
 }
 
