@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/stats"
 )
 
@@ -15,10 +15,6 @@ import (
 type CompareOptions struct {
 	// Seed makes the bootstrap reproducible (default 1).
 	Seed int64
-	// MaxITL caps the pooled inter-token gaps per run fed to the bootstrap
-	// (a seeded uniform subsample; default 200,000) so long runs compare in
-	// seconds.
-	MaxITL int
 }
 
 // Row is one run's line in the comparison table.
@@ -66,9 +62,6 @@ func Compare(runs []Run, opt CompareOptions) Comparison {
 	if opt.Seed == 0 {
 		opt.Seed = 1
 	}
-	if opt.MaxITL <= 0 {
-		opt.MaxITL = 200_000
-	}
 	var out Comparison
 	ttfts := make([][]float64, len(runs))
 	itls := make([][]float64, len(runs))
@@ -81,7 +74,7 @@ func Compare(runs []Run, opt CompareOptions) Comparison {
 			MeanITL: s.ITL.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
 		})
 		ttfts[i] = ttftOf(r.Records)
-		itls[i] = sample(itlOf(r.Records), opt.MaxITL, opt.Seed)
+		itls[i] = itlPerRequest(r.Records)
 		if len(r.Records) == 0 {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s has no per-request records (pruned or summary only): its differences cannot be tested", r.Name))
 		}
@@ -110,24 +103,28 @@ func diff(a, b, metric, st string, xa, xb []float64, seed int64) Diff {
 	return d
 }
 
-// sample keeps at most n values, a uniform random subset in the original
-// order (Knuth's selection sampling, seeded). An even stride would alias
-// with the per-request structure of pooled gaps (every request has the same
-// number of gaps, so a stride of 15.5 over 31-gap requests picks the same
-// positions in each) and bias the mean.
-func sample(xs []float64, n int, seed int64) []float64 {
-	if len(xs) <= n {
-		return xs
-	}
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x17))
-	out := make([]float64, 0, n)
-	need, left := n, len(xs)
-	for _, x := range xs {
-		if rng.IntN(left) < need {
-			out = append(out, x)
-			need--
+// itlPerRequest is each completed request's mean inter-token gap. The
+// gaps of one request are not independent of each other (they share its
+// batch, its position in it and the server's state), so pooling them would
+// make the U test's p-value and the bootstrap interval far too confident;
+// the requests are the independent units.
+func itlPerRequest(recs []record.Record) []float64 {
+	var out []float64
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || !r.OK() {
+			continue
 		}
-		left--
+		sum, n := 0.0, 0
+		for _, g := range r.ITLMs {
+			if g >= 0 && !math.IsNaN(g) && !math.IsInf(g, 0) {
+				sum += g
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, sum/float64(n))
+		}
 	}
 	return out
 }
