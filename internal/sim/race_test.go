@@ -1,0 +1,7 @@
+//go:build race
+
+package sim
+
+// raceDetector is true under -race, whose slowdown changes the timing that
+// some live tests are about.
+const raceDetector = true
