@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -129,41 +128,6 @@ func benchOpenLoop(ctx context.Context, t testing.TB, c *http.Client, url string
 		out = append(out, rec.FirstToken.Sub(rec.Sent))
 	}
 	return out, failed
-}
-
-// openLoop sends requests at rate for d (open loop: a slow answer does not
-// delay the next send) and returns the TTFTs.
-func openLoop(ctx context.Context, c *http.Client, url string, rate float64, d time.Duration) ([]time.Duration, int) {
-	n := int(rate * d.Seconds())
-	out := make([]time.Duration, n)
-	errs := make([]bool, n)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := 0; i < n && ctx.Err() == nil; {
-		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		if wait := time.Until(due); wait > 0 {
-			time.Sleep(wait)
-		}
-		for ; i < n && !time.Now().Before(start.Add(time.Duration(float64(i)/rate*float64(time.Second)))); i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				v, err := ttftOnce(c, url)
-				out[i], errs[i] = v, err != nil
-			}(i)
-		}
-	}
-	wg.Wait()
-	failed := 0
-	ok := out[:0]
-	for i, v := range out {
-		if errs[i] || v == 0 {
-			failed++
-			continue
-		}
-		ok = append(ok, v)
-	}
-	return ok, failed
 }
 
 // startNginx runs nginx as a plain streaming reverse proxy to backend, the
