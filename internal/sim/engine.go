@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/ttft-dev/ttft/internal/workload"
 )
 
 // Seq is one request inside the engine.
@@ -25,8 +27,9 @@ type Seq struct {
 	// SkippedTokens are prompt tokens covered by blocks that score-based
 	// eviction (evict:F) dropped after an earlier turn: neither recomputed
 	// nor attended to. RetainedTokens, set when the sequence finishes with
-	// prefix caching on, are the tokens' worth of its prompt blocks left in
-	// the cache for a next turn that re-sends this prompt (after eviction).
+	// prefix caching on, are the tokens' worth of its blocks (prompt and
+	// reply) left in the cache for a next turn that re-sends this
+	// conversation (after eviction).
 	SkippedTokens  int
 	RetainedTokens int
 	// FirstScheduled and FirstToken are engine times (valid when Started /
@@ -40,7 +43,12 @@ type Seq struct {
 	// Tag is the driver's own data (the HTTP stream, the offline record).
 	Tag any
 
+	// hashes are the block hash chain: the prompt's full blocks (the first
+	// promptBlocks, what a new or preempted sequence looks up), then, with
+	// chain set, those its output completes (see outChain).
 	hashes          []uint64
+	promptBlocks    int
+	chain           *outChain
 	numComputed     int
 	blocks          []int32
 	numHashedBlocks int
@@ -90,11 +98,14 @@ type Engine struct {
 	stats   EngineStats
 	aborted int
 
-	// evicted holds the hashes of prompt blocks dropped by evict:F (nil
+	// evicted holds the hashes of blocks dropped by evict:F (nil
 	// under other policies): a later prompt whose prefix chain runs
 	// through them skips them instead of stopping there.
 	evicted  map[uint64]struct{}
 	evictBuf []evictCand
+	// words tokenises replies for the output blocks' hashes (nil: the
+	// default tokenizer's).
+	words *wordTokens
 }
 
 type sched struct {
@@ -154,12 +165,33 @@ func (e *Engine) HasWork() bool { return len(e.running) > 0 || e.NumWaiting() > 
 // prompt never shares a prefix.
 func (e *Engine) NewSeq(promptLen, maxTokens int, tokens []int) (*Seq, error) {
 	e.nextID++
-	return NewSeq(e.d, e.nextID, promptLen, maxTokens, tokens)
+	return newSeq(e.d, e.nextID, promptLen, maxTokens, tokens, e.words)
+}
+
+// SetOutputTokenizer names the tokenizer a session source re-tokenises
+// replies with (workload.SessionOptions.Tokenizer), so that the blocks a
+// reply fills hash as the next turn's prompt will; by default it is
+// workload.DefaultTokenizer, as for session sources. Call it before NewSeq.
+func (e *Engine) SetOutputTokenizer(tok workload.Tokenizer) {
+	e.words = nil
+	if tok != nil {
+		e.words = newWordTokens(tok)
+	}
 }
 
 // NewSeq is Engine.NewSeq for callers off the engine's goroutine; id must be
 // unique within the engine.
+//
+// With the prompt's tokens known, the blocks the output fills are cached too
+// (as vLLM does), hashed as the prompt followed by the reply re-tokenised
+// by the default tokenizer: what a next turn re-sending this conversation
+// as token IDs carries (workload.Sessions). A driver whose next turn forms
+// its prompt otherwise resets the chain (Server does).
 func NewSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int) (*Seq, error) {
+	return newSeq(d, id, promptLen, maxTokens, tokens, nil)
+}
+
+func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, words *wordTokens) (*Seq, error) {
 	if promptLen <= 0 {
 		return nil, fmt.Errorf("prompt must have at least one token")
 	}
@@ -176,8 +208,16 @@ func NewSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int) (*
 	if d.Config.EnablePrefixCaching {
 		if len(tokens) >= promptLen {
 			s.hashes = blockHashes(tokens[:promptLen], d.BlockSize)
+			s.promptBlocks = len(s.hashes)
+			if words == nil {
+				words = defaultWordTokens()
+			}
+			s.setChain(tokens[:promptLen], s.hashes, words, d.BlockSize)
 		} else {
+			// Unknown tokens never share a prefix, so no later prompt
+			// could reach blocks chained after them: output stays uncached.
 			s.hashes = syntheticHashes(id, promptLen, d.BlockSize)
+			s.promptBlocks = len(s.hashes)
 		}
 	}
 	return s, nil
@@ -321,11 +361,14 @@ func (e *Engine) Step(now time.Duration) StepResult {
 			// covered: leading prompt blocks needing no compute, of which
 			// hit are cached and covered−hit were evicted (evict:F).
 			hit, covered := 0, 0
-			if s.numComputed == 0 && len(s.hashes) > 0 {
+			// Only prompt blocks are looked up: a sequence preempted and
+			// recomputed does not take back its own output blocks (vLLM
+			// does; left out so that single-turn runs time as before).
+			if ph := s.hashes[:s.promptBlocks]; s.numComputed == 0 && len(ph) > 0 {
 				if e.evicted != nil {
-					covered, hit = e.kv.cover(s.hashes, s.numTokens(), e.evicted)
+					covered, hit = e.kv.cover(ph, s.numTokens(), e.evicted)
 				} else {
-					hit = e.kv.lookup(s.hashes, s.numTokens())
+					hit = e.kv.lookup(ph, s.numTokens())
 					covered = hit
 				}
 			}
@@ -441,6 +484,9 @@ func (e *Engine) Step(now time.Duration) StepResult {
 			}
 		}
 		e.stats.ComputedTokens += int64(b.n)
+		if s.chain != nil && produced > 0 {
+			s.extendChain(d.BlockSize)
+		}
 		if len(s.hashes) > 0 {
 			e.kv.commit(s)
 		}
@@ -499,11 +545,14 @@ type evictCand struct {
 	score, hash uint64
 }
 
-// retire frees a finished sequence's blocks. Its full prompt blocks stay in
-// the prefix cache (LRU), where the conversation's next turn, re-sending
-// this prompt as its prefix, finds them; RetainedTokens counts them. Under
-// evict:F the fraction F of them (rounded to whole blocks) with the lowest
-// attention scores is dropped first.
+// retire frees a finished sequence's blocks. Its full blocks, prompt and
+// reply (see outChain), stay in the prefix cache (LRU), where the
+// conversation's next turn, re-sending this prompt and the reply as its
+// prefix, finds them; RetainedTokens counts them. Under evict:F the
+// fraction F of them (rounded to whole blocks) with the lowest attention
+// scores is dropped first: reply blocks are candidates like prompt blocks,
+// since the reply is history for the next turn (the session model's
+// held = (held + the turn's tokens) × (1 − F) counts it too).
 //
 // Attention scores are not simulated: a block's score is a fixed
 // pseudo-random function of its hash, so the choice is deterministic and a
@@ -513,9 +562,9 @@ type evictCand struct {
 // e.evicted, and the next turn's prompt maps onto the cache as: kept blocks
 // are prefix hits, dropped blocks are skipped — not recomputed and not
 // attended to (the model attends to the kept subset, as with compress) —
-// and only the turn's new tokens (the reply, re-sent as text, and the new
-// user message) are prefilled. The dropped blocks' memory is freed at once,
-// at the head of the free queue (reused first).
+// and only the turn's new tokens (the new user message, and the reply's
+// partial last block) are prefilled. The dropped blocks' memory is freed
+// at once, at the head of the free queue (reused first).
 func (e *Engine) retire(s *Seq) {
 	if len(s.hashes) == 0 {
 		e.kv.free(s)

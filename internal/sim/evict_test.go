@@ -130,15 +130,16 @@ func TestEngineEvictProperties(t *testing.T) {
 
 // TestEngineEvictMatchesSessionModel: one session on an idle engine under
 // evict:0.3 against SimulateSession. The engine keeps a turn's full prompt
-// blocks only (a reply is re-prefilled next turn as part of the prompt, see
-// simulator.md Limits), so the session model is given the engine's turns:
-// turn k's new tokens are the prompt growth (previous reply + new user
-// message) and nothing is kept of the reply. Stated tolerance: the engine
-// works in whole 16-token blocks (a prompt's partial last block is not
-// cached; eviction drops round(F·n) blocks), each costing at most one block
-// per turn, decaying by (1−F) per turn after: |engine − model| ≤ 2·16/F
-// tokens of held KV. TTFT agrees within 1% (same roofline; the engine
-// recomputes the partial block).
+// blocks and the full blocks its reply fills (output blocks are cached, as
+// in vLLM), so the session model is given the conversation as it is: turn
+// k's new tokens are its user message, and its reply is kept. Stated
+// tolerance: the engine works in whole 16-token blocks (a turn's partial
+// last block is not cached, nor the last output token, whose KV is never
+// computed; eviction drops round(F·n) blocks), each costing at most one
+// block per turn, decaying by (1−F) per turn after: |engine − model| ≤
+// 2·16/F tokens of held KV. TTFT agrees within 4% (same roofline; the
+// engine also recomputes the reply's partial last block, up to 16 tokens
+// on top of the 400 the model prefills: 16/400).
 func TestEngineEvictMatchesSessionModel(t *testing.T) {
 	base := Config{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4, EnablePrefixCaching: true}
 	const turns, f = 10, 0.3
@@ -151,8 +152,8 @@ func TestEngineEvictMatchesSessionModel(t *testing.T) {
 	prev := 0
 	for i := range specs {
 		r := recs[fmt.Sprintf("s0/%d", i+1)]
-		specs[i] = TurnSpec{UserTokens: r.PromptTokens - prev}
-		prev = r.PromptTokens
+		specs[i] = TurnSpec{UserTokens: r.PromptTokens - prev, OutputTokens: r.OutputTokens()}
+		prev = r.PromptTokens + r.OutputTokens()
 	}
 	model, err := plain.SimulateSession(Retention{Kind: "evict", Evict: f}, specs)
 	if err != nil {
@@ -165,7 +166,7 @@ func TestEngineEvictMatchesSessionModel(t *testing.T) {
 		if math.Abs(held-m.HeldTokens) > tol {
 			t.Errorf("turn %d: engine keeps %.0f tokens, session model %.1f (tolerance %.0f)", i+1, held, m.HeldTokens, tol)
 		}
-		if ttft := m.TTFT.Seconds() * 1e3; math.Abs(r.TTFTMs-ttft) > 0.01*ttft {
+		if ttft := m.TTFT.Seconds() * 1e3; math.Abs(r.TTFTMs-ttft) > 0.04*ttft {
 			t.Errorf("turn %d: engine TTFT %.2f ms, session model %.2f ms", i+1, r.TTFTMs, ttft)
 		}
 		t.Logf("turn %d: prompt %d, engine keeps %.0f (skipped %.0f, cached %d), model %.1f; TTFT %.2f vs %.2f ms", i+1, r.PromptTokens, held,

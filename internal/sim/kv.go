@@ -1,5 +1,7 @@
 package sim
 
+import "slices"
+
 // kvCache is a paged KV cache with vLLM-v1-style prefix caching. Blocks are
 // indices into parallel arrays (no per-block allocation). A block is either
 // held (refcount > 0) or in the free queue; a freed block keeps its hash, so
@@ -180,8 +182,9 @@ func (k *kvCache) allocate(s *Seq, total int) bool {
 	return true
 }
 
-// commit registers the hashes of s's newly completed full prompt blocks so
-// that later requests can hit them.
+// commit registers the hashes of s's newly computed full blocks (prompt,
+// then output as extendChain hashes them) so that later requests can hit
+// them.
 func (k *kvCache) commit(s *Seq) {
 	full := s.numComputed / k.blockSize
 	if full > len(s.hashes) {
@@ -258,16 +261,85 @@ func (s *Seq) heldBlocks() int {
 func blockHashes(tokens []int, blockSize int) []uint64 {
 	n := len(tokens) / blockSize
 	out := make([]uint64, n)
-	var parent uint64 = 0xcbf29ce484222325
+	parent := hashRoot
 	for i := 0; i < n; i++ {
-		h := parent
-		for _, t := range tokens[i*blockSize : (i+1)*blockSize] {
-			h = mix64(h ^ uint64(int64(t)))
-		}
-		out[i] = h
-		parent = h
+		parent = hashBlock(parent, tokens[i*blockSize:(i+1)*blockSize])
+		out[i] = parent
 	}
 	return out
+}
+
+// hashRoot is the parent of a chain's first block.
+const hashRoot uint64 = 0xcbf29ce484222325
+
+// hashBlock is one link of the chain: the block's tokens over its parent.
+func hashBlock(parent uint64, block []int) uint64 {
+	h := parent
+	for _, t := range block {
+		h = mix64(h ^ uint64(int64(t)))
+	}
+	return h
+}
+
+// cacheOutputBlocks is always on in the product; tests turn it off to
+// compare with prompt-only caching (the simulator before output caching).
+var cacheOutputBlocks = true
+
+// outChain continues a sequence's hash chain past its prompt over the
+// tokens its conversation's next turn will send in their place: the prompt
+// (as the next turn tokenises it, base) followed by the reply, re-tokenised.
+// vLLM hashes the blocks that generated tokens fill and caches them like
+// prompt blocks, so the next turn, whose prompt carries the reply, hits
+// them; the chain here reproduces the hashes that next prompt will have.
+type outChain struct {
+	words  *wordTokens
+	key    uint64 // the sequence's output word key (wordFor)
+	parent uint64 // hash of the chain's last full block
+	pend   []int  // chain tokens after it (fewer than a block)
+	next   int    // output tokens consumed into the chain
+}
+
+// setChain makes s's output blocks cacheable: base is the token sequence the
+// next turn sends before the reply (normally the prompt itself). Without a
+// consistent base (its full blocks must hash as the prompt's do, or the
+// next turn could not reach the reply's blocks anyway), output blocks stay
+// uncached.
+// hs, when not nil, is blockHashes(base) already at hand.
+func (s *Seq) setChain(base []int, hs []uint64, words *wordTokens, blockSize int) {
+	s.chain = nil
+	s.hashes = s.hashes[:s.promptBlocks]
+	if !cacheOutputBlocks || words == nil || len(base) < s.promptBlocks*blockSize {
+		return
+	}
+	if hs == nil {
+		hs = blockHashes(base, blockSize)
+	}
+	if len(hs) < s.promptBlocks || !slices.Equal(hs[:s.promptBlocks], s.hashes) {
+		return
+	}
+	c := &outChain{words: words, key: s.ID, parent: hashRoot}
+	if len(hs) > 0 {
+		c.parent = hs[len(hs)-1]
+	}
+	// Full blocks of base past the prompt's (base may be longer by a
+	// separator) hash as output blocks: they hold part of the reply's KV.
+	s.hashes = append(s.hashes, hs[s.promptBlocks:]...)
+	c.pend = append(make([]int, 0, blockSize), base[len(hs)*blockSize:]...)
+	s.chain = c
+}
+
+// extendChain hashes the blocks that s's new output tokens complete and
+// appends them to s.hashes, where commit registers them once computed.
+func (s *Seq) extendChain(blockSize int) {
+	c := s.chain
+	for ; c.next < s.Output; c.next++ {
+		c.pend = append(c.pend, c.words.ids[wordIndex(c.key, c.next)]...)
+		for len(c.pend) >= blockSize {
+			c.parent = hashBlock(c.parent, c.pend[:blockSize])
+			s.hashes = append(s.hashes, c.parent)
+			c.pend = c.pend[:copy(c.pend, c.pend[blockSize:])]
+		}
+	}
 }
 
 // syntheticHashes stands for a prompt whose tokens are unknown: unique per

@@ -86,6 +86,11 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 	}
 	fb, _ := src.(workload.FeedbackSource)
 	eng := NewEngine(d)
+	if opt.Tokenizer != nil {
+		// Replies are re-tokenised as the session source will send them
+		// back, so that the blocks they fill hash as the next turn's.
+		eng.SetOutputTokenizer(opt.Tokenizer)
+	}
 
 	var (
 		now, stepEnd time.Duration

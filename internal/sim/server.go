@@ -68,6 +68,7 @@ type Server struct {
 	d       *Deployment
 	name    string
 	tok     workload.Tokenizer
+	words   *wordTokens // tok's IDs of the output words
 	ln      net.Listener
 	srv     *http.Server
 	url     string
@@ -120,12 +121,16 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		name = d.Model.Name
 	}
 	tok := cfg.Tokenizer
+	var words *wordTokens
 	if tok == nil {
 		tok = workload.DefaultTokenizer()
+		words = defaultWordTokens()
+	} else {
+		words = newWordTokens(tok)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Server{
-		cfg: cfg, d: d, name: name, tok: tok, ln: ln,
+		cfg: cfg, d: d, name: name, tok: tok, words: words, ln: ln,
 		url:      "http://" + ln.Addr().String(),
 		origin:   time.Now(),
 		in:       make(chan *liveReq, 4096),
@@ -396,6 +401,22 @@ type oaMessage struct {
 
 // text extracts a message's text: a string, or an array of parts whose
 // "text" fields are joined.
+// chatBase is the prompt's tokens as a next turn carries them, followed by
+// the "\n" that joins the messages: the newline can merge with the prompt's
+// last piece ("?\n" is one cl100k token), so only a short tail is
+// re-tokenised, with the whole text as the fallback when the tail does not
+// round-trip on its own.
+func (s *Server) chatBase(text string, ids []int) []int {
+	m := min(len(ids), 16)
+	tail := ids[len(ids)-m:]
+	if suffix := s.tok.Decode(tail); strings.HasSuffix(text, suffix) && slices.Equal(s.tok.Encode(suffix), tail) {
+		out := make([]int, 0, len(ids)+2)
+		out = append(out, ids[:len(ids)-m]...)
+		return append(out, s.tok.Encode(suffix+"\n")...)
+	}
+	return s.tok.Encode(text + "\n")
+}
+
 func (m oaMessage) text() (string, error) {
 	if len(m.Content) == 0 || string(m.Content) == "null" {
 		return "", nil
@@ -564,6 +585,16 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
+	}
+	if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
+		// The reply's blocks are hashed as the next turn's prompt will
+		// carry them: a chat prompt joins messages with "\n", so the reply
+		// follows this prompt and a newline; a completion's continues it.
+		base := ids
+		if chat {
+			base = s.chatBase(text, ids)
+		}
+		seq.setChain(base, nil, s.words, s.d.BlockSize)
 	}
 	if s.pickFault(faults) {
 		status := faults.ErrorStatus

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/ttft-dev/ttft/internal/workload"
 )
@@ -21,8 +22,34 @@ var outputWords = [...]string{
 // wordFor returns the text of output token i of sequence id: deterministic,
 // varied, and cheap (no allocation).
 func wordFor(id uint64, i int) string {
-	return outputWords[mix64(id*0x9e3779b97f4a7c15+uint64(i))%uint64(len(outputWords))]
+	return outputWords[wordIndex(id, i)]
 }
+
+// wordIndex is the index in outputWords of output token i of sequence id.
+func wordIndex(id uint64, i int) int {
+	return int(mix64(id*0x9e3779b97f4a7c15+uint64(i)) % uint64(len(outputWords)))
+}
+
+// wordTokens holds a tokenizer's IDs for each output word: the prefix cache
+// hashes a reply as the next turn's prompt will carry it, re-tokenised.
+// Each output word is a pre-tokenisation piece of its own (a leading space
+// and letters), so the reply's tokenisation is the concatenation of its
+// words' (TestOutputWordsRoundTrip checks this for the default tokenizer).
+type wordTokens struct {
+	ids [len(outputWords)][]int
+}
+
+func newWordTokens(tok workload.Tokenizer) *wordTokens {
+	w := &wordTokens{}
+	for i, s := range outputWords {
+		w.ids[i] = tok.Encode(s)
+	}
+	return w
+}
+
+// defaultWordTokens is wordTokens for workload.DefaultTokenizer, which
+// session sources use unless told otherwise.
+var defaultWordTokens = sync.OnceValue(func() *wordTokens { return newWordTokens(workload.DefaultTokenizer()) })
 
 // outputText is the whole output of a sequence of n tokens.
 func outputText(id uint64, n int) string {
