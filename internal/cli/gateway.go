@@ -32,6 +32,7 @@ func newGatewayCmd(env *Env) *cobra.Command {
 		sloClass   string
 		noLog      bool
 		cpuProfile string
+		httpServer string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -118,7 +119,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 			logw := gateway.NewLogBuffer(env.Stderr, 200*time.Millisecond)
 			defer logw.Flush()
 			log := slog.New(slog.NewJSONHandler(logw, nil))
-			g, err := gateway.New(*cfg, gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe})
+			g, err := gateway.New(*cfg, gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: httpServer})
 			if err != nil {
 				return usageErr("gateway: %v", err)
 			}
@@ -155,6 +156,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 	f.StringVar(&policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
 	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
 	f.BoolVar(&noLog, "no-access-log", false, "disable the JSON access log")
+	f.StringVar(&httpServer, "http-server", "ttft", "client-facing HTTP/1.1 server: ttft (the gateway's own, lowest overhead) or net/http (Go's standard server)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
 	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
 	return cmd

@@ -33,6 +33,13 @@ func TestGatewayValidate(t *testing.T) {
 	}
 }
 
+func TestGatewayHTTPServerFlag(t *testing.T) {
+	code, _, errs := runCLI(t, "gateway", "--backend", "http://127.0.0.1:1", "--http-server", "caddy")
+	if code != ExitUsage || !strings.Contains(errs, `unknown HTTP server "caddy"`) {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}
+
 // TestBenchThroughGateway runs the whole chain over real sockets: ttft bench
 // → ttft gateway → two simulator replicas.
 func TestBenchThroughGateway(t *testing.T) {

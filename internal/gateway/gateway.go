@@ -47,6 +47,10 @@ type Options struct {
 	Transport http.RoundTripper
 	// Seed makes the scheduler's random choices reproducible (0: clock).
 	Seed uint64
+	// HTTPServer chooses the server behind Serve: "" or "ttft" for the
+	// gateway's own HTTP/1.1 server (h1server.go), "net/http" for the
+	// standard library's.
+	HTTPServer string
 	// OnFinish, if set, hears every request's TTFT (0 when none) and
 	// whether it failed, e.g. to feed a dynamic trace sampler.
 	OnFinish func(ttft time.Duration, failed bool)
@@ -94,6 +98,11 @@ type upstream struct {
 
 // New builds a gateway and starts its health checks; Close stops them.
 func New(cfg Config, opts Options) (*Gateway, error) {
+	switch opts.HTTPServer {
+	case "", "ttft", "net/http":
+	default:
+		return nil, fmt.Errorf("unknown HTTP server %q (want ttft or net/http)", opts.HTTPServer)
+	}
 	c := cfg
 	if err := c.validate(nil, opts.Getenv); err != nil {
 		return nil, err
@@ -325,6 +334,10 @@ func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
 // Serve is ListenAndServe on an existing listener.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	lim := g.st.Load().cfg.Limits
+	if g.opts.HTTPServer != "net/http" {
+		s := newH1Server(g, lim, g.log, context.WithoutCancel(ctx))
+		return s.serve(ctx, ln, 30*time.Second)
+	}
 	srv := &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: lim.HeaderTimeout.Std(),

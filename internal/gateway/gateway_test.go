@@ -328,7 +328,12 @@ func TestMetricsAndTracePropagation(t *testing.T) {
 	if !strings.HasPrefix(tpHdr, "00-0af7651916cd43dd8448eb211c80319c-") || strings.Contains(tpHdr, "b7ad6b7169203331") {
 		t.Fatalf("backend traceparent %q: want the client's trace id with the gateway's span id", tpHdr)
 	}
+	// The span ends when the handler returns, which may be just after the
+	// client has read the end of the stream.
 	spans := rec.Ended()
+	for end := time.Now().Add(2 * time.Second); len(spans) == 0 && time.Now().Before(end); spans = rec.Ended() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if len(spans) != 1 {
 		t.Fatalf("%d spans ended", len(spans))
 	}

@@ -16,9 +16,9 @@ import (
 	"time"
 )
 
-// h1Server serves handler on a loopback port and counts the connections
+// countingServer serves handler on a loopback port and counts the connections
 // it accepted.
-func h1Server(t *testing.T, handler http.HandlerFunc, idle time.Duration) (string, *atomic.Int32) {
+func countingServer(t *testing.T, handler http.HandlerFunc, idle time.Duration) (string, *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,7 +49,7 @@ func newTestH1() *h1Client {
 }
 
 func TestH1ClientReusesConnections(t *testing.T) {
-	url, conns := h1Server(t, func(w http.ResponseWriter, r *http.Request) {
+	url, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		switch r.URL.Query().Get("mode") {
 		case "chunked":
@@ -88,7 +88,7 @@ func TestH1ClientReusesConnections(t *testing.T) {
 // the next request on the pooled connection fails before any response byte
 // and is sent again on a new one, invisibly.
 func TestH1ClientRetriesStaleIdleConnection(t *testing.T) {
-	url, conns := h1Server(t, func(w http.ResponseWriter, r *http.Request) {
+	url, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
 	}, 50*time.Millisecond)
@@ -117,7 +117,7 @@ func TestH1ClientRetriesStaleIdleConnection(t *testing.T) {
 func TestH1ClientCancelAndEarlyClose(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
-	url, conns := h1Server(t, func(w http.ResponseWriter, r *http.Request) {
+	url, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; i < 100000; i++ { // bounded, but far longer than the test
@@ -328,7 +328,7 @@ func TestH1ClientRequestOnTheWire(t *testing.T) {
 // pooled connection, and a backend that drops idle connections costs the
 // client nothing (the stale connection is retried before any byte).
 func TestGatewayBackendConnectionReuse(t *testing.T) {
-	url, conns := h1Server(t, func(w http.ResponseWriter, r *http.Request) {
+	url, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")

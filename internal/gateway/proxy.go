@@ -463,10 +463,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	buf := *bp
 	n := 0
 	var rerr error
+	var arrived time.Time // when the last bytes were read
 	for {
 		var m int
 		m, rerr = resp.Body.Read(buf[n:])
 		n += m
+		if m > 0 {
+			arrived = time.Now()
+		}
 		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], x.anthropic)) {
 			break
 		}
@@ -533,26 +537,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	readErr := rerr
 	for {
 		if len(pending) > 0 {
+			// Classify only (byte searches); the bookkeeping waits until
+			// the bytes are on their way to the client, so that none of it
+			// is in the client's TTFT or ITL.
+			tokens := 0
 			k := splitEvents(pending, func(ev []byte) {
 				si := classify(ev, x.anthropic)
 				if si.token {
-					now := time.Now()
-					if last.IsZero() {
-						t.FirstToken()
-						x.ttft = now.Sub(x.start)
-						if x.span != nil {
-							x.span.AddEvent(genaiattr.EventFirstToken)
-						}
-						if t.Prediction.Mean > 0 {
-							ttft := t.Elapsed().Seconds()
-							if ttft > 0 {
-								g.m.predAPE.WithLabelValues(u.cfg.Name).Observe(math.Abs(ttft-t.Prediction.Mean.Seconds()) / ttft)
-							}
-						}
-					} else {
-						itl.Observe(now.Sub(last).Seconds())
-					}
-					last = now
+					tokens++
 				}
 				if si.output > 0 {
 					x.outTokens = si.output
@@ -566,18 +558,46 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 				k = len(pending)
 			}
 			if k > 0 {
-				rc.SetWriteDeadline(time.Now().Add(lim.IdleStreamTimeout.Std()))
+				rc.SetWriteDeadline(arrived.Add(lim.IdleStreamTimeout.Std()))
 				if _, err := w.Write(pending[:k]); err != nil {
 					x.canceled = true
 					t.End(sched.OutcomeCanceled)
 					return nil
 				}
-				if err := rc.Flush(); err != nil {
+				var err error
+				if bf, ok := w.(bodyFinisher); ok && done && readErr == io.EOF && k == len(pending) {
+					// The backend's last event and its end came together:
+					// the event and the end of the response leave in one
+					// write, so the client is not woken for the end alone.
+					err = bf.FinishBody()
+				} else {
+					err = rc.Flush()
+				}
+				if err != nil {
 					x.canceled = true
 					t.End(sched.OutcomeCanceled)
 					return nil
 				}
 				pending = append(buf[:0], pending[k:]...)
+			}
+			// Events that arrived in one read arrived together: the first
+			// token's time is the read's, and the gaps between tokens of
+			// one read are zero.
+			if tokens > 0 && last.IsZero() {
+				tokens--
+				ttft := t.FirstTokenAt(arrived)
+				x.ttft = arrived.Sub(x.start)
+				if x.span != nil {
+					x.span.AddEvent(genaiattr.EventFirstToken, trace.WithTimestamp(arrived))
+				}
+				if t.Prediction.Mean > 0 && ttft > 0 {
+					g.m.predAPE.WithLabelValues(u.cfg.Name).Observe(math.Abs(ttft.Seconds()-t.Prediction.Mean.Seconds()) / ttft.Seconds())
+				}
+				last = arrived
+			}
+			for ; tokens > 0; tokens-- {
+				itl.Observe(arrived.Sub(last).Seconds())
+				last = arrived
 			}
 		}
 		if readErr != nil {
@@ -586,6 +606,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		var m int
 		m, readErr = resp.Body.Read(buf[len(pending):cap(buf)])
 		if m > 0 {
+			arrived = time.Now()
 			timer.Reset(lim.IdleStreamTimeout.Std())
 			pending = buf[:len(pending)+m]
 		}
@@ -614,6 +635,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	x.errMsg = msg
 	return nil
 }
+
+// bodyFinisher is a ResponseWriter that can end its response before the
+// handler returns (the gateway's own server, h1server.go).
+type bodyFinisher interface{ FinishBody() error }
 
 // roundTrip sends one backend request: plain-http backends through the
 // gateway's own HTTP/1.1 client, others (https, or credentials in the URL,

@@ -471,14 +471,18 @@ const (
 
 // FirstToken records the first token's arrival: the request leaves the
 // backend's prefill queue, and the predictors and SLO tracker learn its TTFT.
-func (t *Ticket) FirstToken() time.Duration {
+func (t *Ticket) FirstToken() time.Duration { return t.FirstTokenAt(t.s.opts.Now()) }
+
+// FirstTokenAt is FirstToken for a token that arrived at now (on the
+// scheduler's clock), for a proxy that forwards the token before it does
+// the bookkeeping.
+func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.first || t.ended {
 		return 0
 	}
 	t.first = true
-	now := t.s.opts.Now()
 	ttft := now.Sub(t.start)
 	t.Backend.queuedTokens.Add(-t.uncached)
 	t.Backend.preds.observe(t.feat, ttft.Seconds())
