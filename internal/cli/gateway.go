@@ -151,7 +151,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 	}
 	f := cmd.Flags()
 	f.StringVarP(&configPath, "config", "c", "", "gateway YAML configuration (see docs/gateway.md)")
-	f.StringArrayVar(&backends, "backend", nil, "backend base URL, or name=URL; repeatable (speaks OpenAI and Anthropic, any model)")
+	f.StringArrayVar(&backends, "backend", nil, "backend base URL, or name=URL; repeatable (any model, OpenAI API; Anthropic clients are translated — use --config for Anthropic-API backends)")
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
 	f.StringVar(&policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
 	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))

@@ -86,6 +86,23 @@ func TestBenchThroughGateway(t *testing.T) {
 			t.Fatalf("record %d: %s %s events %d usage %d", r.Index, r.ErrorClass, r.Error, r.OutputEvents, r.OutputTokensUsage)
 		}
 	}
+	// An Anthropic client through the gateway to the simulator, which
+	// speaks only the OpenAI API: translated both ways, usage included.
+	out = t.TempDir()
+	code, stdout, stderr = runCLI(t, "bench", "--target", "http://"+addr, "--api", "anthropic", "--model", fleet[0].ModelName(), "-c", "4", "-n", "8",
+		"--max-tokens", "16", "--out", out, "--no-progress", "--no-store")
+	if code != 0 {
+		t.Fatalf("anthropic bench through the gateway: exit %d\n%s\n%s\ngateway: %s", code, stdout, stderr, gwErr.String())
+	}
+	recs, err = record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 8 {
+		t.Fatalf("%d records, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		if !r.OK() || r.OutputEvents != 16 || r.OutputTokensUsage != 16 || r.TTFTMs <= 0 {
+			t.Fatalf("anthropic record %d: %s %s events %d usage %d", r.Index, r.ErrorClass, r.Error, r.OutputEvents, r.OutputTokensUsage)
+		}
+	}
 	cancel()
 	select {
 	case <-gwDone:

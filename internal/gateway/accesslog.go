@@ -122,6 +122,10 @@ func accessLine(b []byte, now time.Time, x *exchange, e2e time.Duration) []byte 
 		b = append(b, `,"admission":`...)
 		b = appendJSONString(b, x.admission)
 	}
+	if x.translated != "" {
+		b = append(b, `,"translated":`...)
+		b = appendJSONString(b, x.translated)
+	}
 	if x.canceled {
 		b = append(b, `,"client_canceled":true`...)
 	}

@@ -24,7 +24,7 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 	}{
 		{"plain", exchange{api: "openai", model: "m", stream: true, status: 200, backend: "b", policy: "slo-predictive", reason: "headroom", class: "chat",
 			slo: 320 * time.Millisecond, predicted: 1234567 * time.Nanosecond, ttft: 987654 * time.Nanosecond, attempts: 1, outTokens: 8}, 12 * time.Millisecond},
-		{"all optional fields", exchange{api: "anthropic", model: "claude\"x\\y", status: 502, key: "team <a&b>", admission: "degrade", canceled: true,
+		{"all optional fields", exchange{api: "anthropic", model: "claude\"x\\y", status: 502, key: "team <a&b>", admission: "degrade", translated: "anthropic->openai", canceled: true,
 			errMsg: "backend b ended\n\tthe stream \x01 \u2028 \xff ünïcode"}, 3 * time.Second},
 		{"tiny and huge floats", exchange{api: "openai", slo: 1, predicted: time.Duration(1 << 62), ttft: 3}, 0},
 		{"zero", exchange{}, 0},

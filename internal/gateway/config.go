@@ -49,7 +49,11 @@ type Config struct {
 	Limits  Limits      `yaml:"limits"`
 	Health  Health      `yaml:"health"`
 	// AccessLog enables the JSON access log (default on).
-	AccessLog *bool           `yaml:"access_log"`
+	AccessLog *bool `yaml:"access_log"`
+	// Translate lets a chat request go to a backend of the other API
+	// (OpenAI <-> Anthropic, translated both ways) when no backend serves
+	// its model over its own API (default on).
+	Translate *bool           `yaml:"translate"`
 	Backends  []BackendConfig `yaml:"backends"`
 	Routes    []Route         `yaml:"routes"`
 	Keys      []ClientKey     `yaml:"keys"`
@@ -267,7 +271,10 @@ func lineOf(root *yaml.Node, path ...any) int {
 }
 
 // FromBackendURLs builds a configuration from quick --backend flags:
-// "URL" or "name=URL"; such backends speak both APIs and serve any model.
+// "URL" or "name=URL"; such backends serve any model over the OpenAI API,
+// which every common engine speaks (vLLM, SGLang, TGI, llama.cpp, Ollama);
+// Anthropic clients reach them through translation. A config file can
+// declare anthropic or both.
 func FromBackendURLs(urls []string) (*Config, error) {
 	cfg := &Config{}
 	for i, u := range urls {
@@ -275,7 +282,7 @@ func FromBackendURLs(urls []string) (*Config, error) {
 		if !ok || strings.Contains(name, "/") {
 			name, raw = fmt.Sprintf("backend-%d", i+1), u
 		}
-		cfg.Backends = append(cfg.Backends, BackendConfig{Name: name, URL: raw, API: "both"})
+		cfg.Backends = append(cfg.Backends, BackendConfig{Name: name, URL: raw, API: "openai"})
 	}
 	if err := cfg.validate(nil, os.Getenv); err != nil {
 		return nil, err
@@ -358,6 +365,10 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 	}
 	if c.Health.Failures == 0 {
 		c.Health.Failures = 2
+	}
+	if c.Translate == nil {
+		on := true
+		c.Translate = &on
 	}
 	if c.AccessLog == nil {
 		on := true

@@ -65,7 +65,7 @@ keys:
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	q, err := FromBackendURLs([]string{"http://127.0.0.1:1", "fast=http://127.0.0.1:2"})
-	if err != nil || q.Backends[0].Name != "backend-1" || q.Backends[1].Name != "fast" || q.Backends[1].API != "both" {
+	if err != nil || q.Backends[0].Name != "backend-1" || q.Backends[1].Name != "fast" || q.Backends[1].API != "openai" {
 		t.Fatalf("quick form: %+v %v", q, err)
 	}
 	if _, err := FromBackendURLs([]string{"localhost"}); err == nil || !strings.Contains(err.Error(), "backends[0].url") {

@@ -41,6 +41,7 @@ const (
 	attrAttempts     = attribute.Key("ttft.gateway.attempts")
 	attrCachedTokens = attribute.Key("ttft.gateway.cached_prompt_tokens")
 	attrCandidates   = attribute.Key("ttft.gateway.candidates")
+	attrTranslated   = attribute.Key("ttft.gateway.translated")
 )
 
 // Headers the gateway reads or sets.
@@ -123,7 +124,9 @@ type exchange struct {
 	errMsg    string
 	canceled  bool
 	admission string
-	span      trace.Span
+	// translated is "from->to" when the backend speaks the other API.
+	translated string
+	span       trace.Span
 }
 
 func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bool) {
@@ -227,6 +230,12 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 	for {
 		t0 := time.Now()
 		t, err := st.sched.Pick(&sreq)
+		if errors.Is(err, sched.ErrNoBackend) && sreq.API == x.api && lastErr == nil && *st.cfg.Translate && r.URL.Path != "/v1/completions" {
+			// No backend serves the model over the client's API: one
+			// speaking the other API will, through translation.
+			sreq.API = otherAPI(x.api)
+			t, err = st.sched.Pick(&sreq)
+		}
 		g.m.schedTime.Observe(time.Since(t0).Seconds())
 		if err != nil {
 			switch {
@@ -277,7 +286,19 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 			g.m.admission.WithLabelValues("best-effort").Inc()
 		}
 		u := st.ups[t.Backend.Name()]
-		ae := g.attempt(ctx, w, r, x, t, u, body, lim)
+		bx := backendExchange{api: x.api, path: r.URL.Path, body: body}
+		if !u.speaks(x.api) {
+			bx.api = otherAPI(x.api)
+			bx.path = apiPath(bx.api)
+			if bx.body, err = translateRequest(body, x.api, bx.api); err != nil {
+				t.End(sched.OutcomeCanceled)
+				x.status, x.errMsg = http.StatusBadRequest, err.Error()
+				writeError(w, anthropic, x.status, "invalid_request_error", fmt.Sprintf("backend %s speaks the %s API and this request cannot be translated to it: %v", u.cfg.Name, bx.api, err))
+				return
+			}
+			x.translated = x.api + "->" + bx.api
+		}
+		ae := g.attempt(ctx, w, r, x, t, u, bx, lim)
 		if ae == nil {
 			return
 		}
@@ -406,7 +427,50 @@ func (g *Gateway) setBackendAuth(h http.Header, u *upstream) {
 
 // attempt sends the request to one backend and, once the backend's first
 // body byte arrives, commits to it and streams the answer through.
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, t *sched.Ticket, u *upstream, body []byte, lim Limits) *attemptError {
+// Translation across APIs.
+const (
+	// anthropicVersion is sent to Anthropic backends when the client (an
+	// OpenAI one) did not name a version.
+	anthropicVersion = "2023-06-01"
+	// maxTranslatedAnswer bounds a non-streamed answer read whole for
+	// translation.
+	maxTranslatedAnswer = 8 << 20
+)
+
+var errEventTooLarge = errors.New("event too large to translate")
+
+// backendExchange is the request as the chosen backend gets it: in its own
+// API (translated when that is not the client's).
+type backendExchange struct {
+	api  string // "openai" or "anthropic"
+	path string
+	body []byte
+}
+
+func otherAPI(api string) string {
+	if api == apiAnthropic {
+		return apiOpenAI
+	}
+	return apiAnthropic
+}
+
+// apiPath is the chat endpoint of api.
+func apiPath(api string) string {
+	if api == apiAnthropic {
+		return "/v1/messages"
+	}
+	return "/v1/chat/completions"
+}
+
+// speaks reports whether the backend takes requests in api.
+func (u *upstream) speaks(api string) bool {
+	return u.cfg.API == api || u.cfg.API == "both" || u.cfg.API == ""
+}
+
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, t *sched.Ticket, u *upstream, bx backendExchange, lim Limits) *attemptError {
+	body := bx.body
+	crossing := bx.api != x.api
+	backendAnthropic := bx.api == apiAnthropic
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One timer bounds both the wait for the first byte and each later
@@ -415,7 +479,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	timer := time.AfterFunc(lim.FirstByteTimeout.Std(), func() { stalled.Store(true); cancel() })
 	defer timer.Stop()
 
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, u.cfg.URL+r.URL.Path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(actx, http.MethodPost, u.cfg.URL+bx.path, bytes.NewReader(body))
 	if err != nil {
 		t.End(sched.OutcomeCanceled)
 		return &attemptError{status: http.StatusInternalServerError, msg: "building backend request: " + err.Error()}
@@ -427,6 +491,16 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	out.ContentLength = int64(len(body))
+	if crossing {
+		if backendAnthropic {
+			if out.Header.Get("Anthropic-Version") == "" {
+				out.Header.Set("Anthropic-Version", anthropicVersion)
+			}
+		} else {
+			out.Header.Del("Anthropic-Version")
+			out.Header.Del("Anthropic-Beta")
+		}
+	}
 	g.setBackendAuth(out.Header, u)
 	traceContext.Inject(actx, propagation.HeaderCarrier(out.Header))
 
@@ -471,7 +545,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if m > 0 {
 			arrived = time.Now()
 		}
-		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], x.anthropic)) {
+		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], backendAnthropic)) {
 			break
 		}
 		if rerr != nil {
@@ -492,6 +566,34 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if !timer.Stop() {
 		return fail(http.StatusGatewayTimeout, "first_token_timeout", fmt.Sprintf("backend %s sent no token within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
 	}
+	// A whole answer in the other API is read and translated before
+	// anything is committed: one that cannot be translated is a gateway
+	// error, not half an answer.
+	var translated []byte
+	if crossing && !isStream {
+		whole := buf[:n:n]
+		if rerr == nil {
+			rest, err := io.ReadAll(io.LimitReader(resp.Body, maxTranslatedAnswer))
+			if err != nil {
+				return fail(http.StatusBadGateway, "cut", fmt.Sprintf("backend %s: reading its answer: %v", u.cfg.Name, err))
+			}
+			whole = append(whole, rest...)
+		}
+		var err error
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			translated, err = translateResponse(whole, bx.api, x.api)
+		} else {
+			translated = translateError(whole, resp.StatusCode, bx.api, x.api)
+		}
+		if err != nil {
+			t.End(sched.OutcomeOK)
+			return &attemptError{status: http.StatusBadGateway, msg: fmt.Sprintf("backend %s's answer could not be translated to the %s API: %v", u.cfg.Name, x.api, err)}
+		}
+		if resp.StatusCode == http.StatusOK && bytes.Contains(whole, []byte(`"usage"`)) {
+			x.outTokens = max(intAfter(whole, kCompTok), intAfter(whole, kOutTok))
+		}
+	}
+
 	// Committed: from here on nothing is retried.
 	hdr := w.Header()
 	for k, vs := range resp.Header {
@@ -502,13 +604,25 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	hdr.Set(HeaderBackend, u.cfg.Name)
 	hdr.Set(HeaderAttempts, strconv.Itoa(x.attempts))
-	if isStream {
+	if isStream || crossing {
 		hdr.Del("Content-Length")
+	}
+	if crossing && !isStream {
+		hdr.Set("Content-Type", "application/json")
 	}
 	x.status = resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 
+	if crossing && !isStream {
+		_, werr := w.Write(translated)
+		o := sched.OutcomeOK
+		if werr != nil && ctx.Err() != nil {
+			o, x.canceled = sched.OutcomeCanceled, true
+		}
+		t.End(o)
+		return nil
+	}
 	if !isStream {
 		// Plain JSON answer: copy it with bounded memory.
 		timer.Reset(lim.IdleStreamTimeout.Std())
@@ -531,6 +645,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// at most one incomplete event.
 	timer.Reset(lim.IdleStreamTimeout.Std())
 	itl := g.m.itl.WithLabelValues(u.cfg.Name)
+	var tr *streamTranslator
+	var xout []byte // the client's events, when translating
+	if crossing {
+		tr = newStreamTranslator(bx.api, x.api, x.model)
+	}
 	var last time.Time
 	done, sawError := false, false
 	pending := buf[:n]
@@ -541,8 +660,12 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			// the bytes are on their way to the client, so that none of it
 			// is in the client's TTFT or ITL.
 			tokens := 0
+			xout = xout[:0]
 			k := splitEvents(pending, func(ev []byte) {
-				si := classify(ev, x.anthropic)
+				si := classify(ev, backendAnthropic)
+				if tr != nil {
+					xout = tr.Event(xout, ev)
+				}
 				if si.token {
 					tokens++
 				}
@@ -553,13 +676,22 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 				sawError = sawError || si.errEv
 			})
 			if k == 0 && len(pending) >= len(buf) {
+				if tr != nil {
+					// An event cannot be translated in pieces.
+					readErr = errEventTooLarge
+					break
+				}
 				// One event larger than the buffer: forward what we have
 				// rather than pin unbounded memory on it.
 				k = len(pending)
 			}
-			if k > 0 {
+			out := pending[:k]
+			if tr != nil {
+				out = xout
+			}
+			if k > 0 && len(out) > 0 {
 				rc.SetWriteDeadline(arrived.Add(lim.IdleStreamTimeout.Std()))
-				if _, err := w.Write(pending[:k]); err != nil {
+				if _, err := w.Write(out); err != nil {
 					x.canceled = true
 					t.End(sched.OutcomeCanceled)
 					return nil
@@ -578,6 +710,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 					t.End(sched.OutcomeCanceled)
 					return nil
 				}
+			}
+			if k > 0 {
 				pending = append(buf[:0], pending[k:]...)
 			}
 			// Events that arrived in one read arrived together: the first
@@ -623,6 +757,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	reason := "cut"
 	msg := fmt.Sprintf("backend %s ended the stream before it was complete", u.cfg.Name)
+	if readErr == errEventTooLarge {
+		reason, msg = "untranslatable", fmt.Sprintf("backend %s sent an event larger than %d KiB, which cannot be translated to the %s API", u.cfg.Name, len(buf)>>10, x.api)
+	}
 	if stalled.Load() {
 		reason = "stall"
 		msg = fmt.Sprintf("backend %s sent nothing for %v", u.cfg.Name, lim.IdleStreamTimeout.Std())
@@ -693,6 +830,9 @@ func (g *Gateway) finish(x *exchange) {
 	}
 	if x.span != nil {
 		x.span.SetAttributes(genaiattr.AttrHTTPStatus.Int(x.status), attrAttempts.Int(x.attempts), genaiattr.AttrUsageOutputTokens.Int(x.outTokens))
+		if x.translated != "" {
+			x.span.SetAttributes(attrTranslated.String(x.translated))
+		}
 		if x.ttft > 0 {
 			x.span.SetAttributes(genaiattr.AttrTimeToFirstChunk.Float64(x.ttft.Seconds()))
 		}
@@ -733,6 +873,9 @@ func accessAttrs(x *exchange, e2e time.Duration) []slog.Attr {
 	}
 	if x.admission != "" {
 		attrs = append(attrs, slog.String("admission", x.admission))
+	}
+	if x.translated != "" {
+		attrs = append(attrs, slog.String("translated", x.translated))
 	}
 	if x.canceled {
 		attrs = append(attrs, slog.Bool("client_canceled", true))

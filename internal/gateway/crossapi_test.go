@@ -1,0 +1,118 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// A chat request whose model no backend serves over the client's API goes
+// to a backend of the other API, translated both ways, streamed and not;
+// mid-stream failures still end with the client's API's error event.
+func TestCrossAPITranslation(t *testing.T) {
+	openaiOnly := newFakeBackend(t, "vllm", 6)
+	anthropicOnly := newFakeBackend(t, "claude", 6)
+	cfg := Config{Policy: "round-robin", Backends: []BackendConfig{
+		{Name: "vllm", URL: openaiOnly.URL(), API: "openai", Models: []string{"llama"}},
+		{Name: "claude", URL: anthropicOnly.URL(), API: "anthropic", Models: []string{"sonnet"}},
+	}}
+	_, url := startGateway(t, cfg, Options{})
+	anthropicBody := func(model string, stream bool) string {
+		return `{"model":"` + model + `","max_tokens":64,"stream":` + map[bool]string{true: "true", false: "false"}[stream] +
+			`,"system":"Be terse.","messages":[{"role":"user","content":"hi"}]}`
+	}
+
+	t.Run("anthropic client, openai backend, stream", func(t *testing.T) {
+		res := readStream(t, post(t, url, "/v1/messages", anthropicBody("llama", true), nil), true)
+		if res.status != 200 || res.backend != "vllm" || res.text != expectedText(6) || !res.done || res.errEvent != "" {
+			t.Fatalf("status %d backend %q text %q done %v err %q\n%s", res.status, res.backend, res.text, res.done, res.errEvent, res.raw)
+		}
+		for _, ev := range []string{"event: message_start", "event: content_block_start", "event: message_delta", "event: message_stop"} {
+			if !strings.Contains(res.raw, ev) {
+				t.Errorf("translated stream lacks %q:\n%s", ev, res.raw)
+			}
+		}
+		if strings.Contains(res.raw, "[DONE]") || strings.Contains(res.raw, "chat.completion.chunk") {
+			t.Errorf("OpenAI events leaked to an Anthropic client:\n%s", res.raw)
+		}
+	})
+	t.Run("openai client, anthropic backend, stream", func(t *testing.T) {
+		res := readStream(t, post(t, url, "/v1/chat/completions", chatBody("sonnet", true, "hi"), nil), false)
+		if res.status != 200 || res.backend != "claude" || res.text != expectedText(6) || !res.done || res.errEvent != "" {
+			t.Fatalf("status %d backend %q text %q done %v err %q\n%s", res.status, res.backend, res.text, res.done, res.errEvent, res.raw)
+		}
+		if strings.Contains(res.raw, "message_start") {
+			t.Errorf("Anthropic events leaked to an OpenAI client:\n%s", res.raw)
+		}
+		hs := anthropicOnly.lastHeaders()
+		if v := hs[len(hs)-1].Get("Anthropic-Version"); v == "" {
+			t.Error("no anthropic-version header sent to the Anthropic backend")
+		}
+	})
+	t.Run("not streamed, both ways", func(t *testing.T) {
+		resp := post(t, url, "/v1/messages", anthropicBody("llama", false), nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var msg struct {
+			Type    string `json:"type"`
+			Content []struct {
+				Type, Text string
+			} `json:"content"`
+			Usage struct {
+				OutputTokens int `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(b, &msg); err != nil || resp.StatusCode != 200 || msg.Type != "message" || len(msg.Content) == 0 || msg.Content[0].Text != expectedText(6) || msg.Usage.OutputTokens != 6 {
+			t.Fatalf("anthropic client: %d %s (%v)", resp.StatusCode, b, err)
+		}
+		resp = post(t, url, "/v1/chat/completions", chatBody("sonnet", false, "hi"), nil)
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var cc struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &cc); err != nil || resp.StatusCode != 200 || cc.Object != "chat.completion" || len(cc.Choices) == 0 || cc.Choices[0].Message.Content != expectedText(6) {
+			t.Fatalf("openai client: %d %s (%v)", resp.StatusCode, b, err)
+		}
+	})
+	t.Run("untranslatable request", func(t *testing.T) {
+		body := `{"model":"llama","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`
+		resp := post(t, url, "/v1/messages", body, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "invalid_request_error") || !strings.Contains(string(b), "image") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	})
+	t.Run("mid-stream failure ends with the client's error event", func(t *testing.T) {
+		openaiOnly.setFault("kill-mid")
+		defer openaiOnly.setFault("")
+		res := readStream(t, post(t, url, "/v1/messages", anthropicBody("llama", true), nil), true)
+		if res.status != 200 || res.text != expectedText(3) || res.done || res.errEvent == "" || !strings.Contains(res.raw, "event: error") {
+			t.Fatalf("status %d text %q done %v err %q\n%s", res.status, res.text, res.done, res.errEvent, res.raw)
+		}
+	})
+	t.Run("completions are not translated", func(t *testing.T) {
+		resp := post(t, url, "/v1/completions", `{"model":"sonnet","prompt":"x","max_tokens":4}`, nil)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("status %d, want 404", resp.StatusCode)
+		}
+	})
+	t.Run("translation off", func(t *testing.T) {
+		off := false
+		c := cfg
+		c.Translate = &off
+		_, url := startGateway(t, c, Options{})
+		resp := post(t, url, "/v1/messages", anthropicBody("llama", true), nil)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("status %d, want 404", resp.StatusCode)
+		}
+	})
+}
