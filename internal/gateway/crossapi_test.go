@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A chat request whose model no backend serves over the client's API goes
@@ -115,4 +116,39 @@ func TestCrossAPITranslation(t *testing.T) {
 			t.Fatalf("status %d, want 404", resp.StatusCode)
 		}
 	})
+}
+
+// Backends configured without a model list (the --backend quick form)
+// report their models on /v1/models; the gateway lists them, so that a
+// client that asks the gateway which models exist (ttft bench without
+// --model) finds them.
+func TestModelsLearntFromBackends(t *testing.T) {
+	fb := newFakeBackend(t, "any", 2)
+	cfg := Config{Policy: "round-robin", Backends: []BackendConfig{
+		{Name: "any", URL: fb.URL(), API: "openai"},
+		{Name: "named", URL: fb.URL(), API: "openai", Models: []string{"z-configured"}},
+	}}
+	_, url := startGateway(t, cfg, Options{})
+	var ids []string
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Data []struct{ ID string } `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		ids = ids[:0]
+		for _, m := range list.Data {
+			ids = append(ids, m.ID)
+		}
+		if len(ids) == 2 {
+			break
+		}
+	}
+	if strings.Join(ids, ",") != "m,z-configured" {
+		t.Fatalf("models %v, want the backend's m and the configured z-configured", ids)
+	}
 }

@@ -94,6 +94,9 @@ type state struct {
 type upstream struct {
 	cfg BackendConfig
 	sb  *sched.Backend
+	// models are those the backend lists on /v1/models, learnt by the
+	// health checks when cfg.Models is empty (nil until then).
+	models atomic.Pointer[[]string]
 }
 
 // New builds a gateway and starts its health checks; Close stops them.
@@ -225,7 +228,13 @@ func (g *Gateway) apply(c *Config) error {
 		if sb == nil {
 			sb = sched.NewBackend(spec)
 		}
-		st.ups[bc.Name] = &upstream{cfg: bc, sb: sb}
+		nu := &upstream{cfg: bc, sb: sb}
+		if old != nil {
+			if ou := old.ups[bc.Name]; ou != nil && ou.cfg.URL == bc.URL {
+				nu.models.Store(ou.models.Load())
+			}
+		}
+		st.ups[bc.Name] = nu
 		sbs = append(sbs, sb)
 		for _, m := range bc.Models {
 			models[m] = true
@@ -297,7 +306,14 @@ func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	for _, m := range st.models {
+	ids := slices.Clone(st.models)
+	for _, u := range st.ups {
+		if ms := u.models.Load(); ms != nil {
+			ids = append(ids, *ms...)
+		}
+	}
+	slices.Sort(ids)
+	for _, m := range slices.Compact(ids) {
 		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "ttft-gateway"})
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -48,7 +49,18 @@ func (g *Gateway) checkAll(st *state, fails map[string]int) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(g.ctx, hc.Timeout.Std())
 			defer cancel()
-			err := g.probe(ctx, u, hc.Path)
+			body, err := g.probe(ctx, u, hc.Path)
+			if len(u.cfg.Models) == 0 {
+				// A backend configured without a model list serves whatever
+				// it says it serves: learn that for /v1/models.
+				if err == nil && hc.Path == modelsPath {
+					u.learnModels(body)
+				} else if err == nil && u.models.Load() == nil {
+					if b, merr := g.probe(ctx, u, modelsPath); merr == nil {
+						u.learnModels(b)
+					}
+				}
+			}
 			if err == nil && u.cfg.MetricsURL != "" {
 				if w, kv, serr := g.scrape(ctx, u.cfg.MetricsURL); serr == nil {
 					u.sb.SetEngineMetrics(w, kv)
@@ -79,22 +91,53 @@ func (g *Gateway) checkAll(st *state, fails map[string]int) {
 	}
 }
 
-func (g *Gateway) probe(ctx context.Context, u *upstream, path string) error {
+const modelsPath = "/v1/models"
+
+// probe GETs path on the backend; it fails on transport errors and 5xx and
+// returns up to 1 MiB of the body of a 2xx answer.
+func (g *Gateway) probe(ctx context.Context, u *upstream, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.cfg.URL+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	g.setBackendAuth(req.Header, u)
+	if u.cfg.API == apiAnthropic && path == modelsPath {
+		req.Header.Set("Anthropic-Version", anthropicVersion)
+	}
 	resp, err := g.client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 500 {
-		return fmt.Errorf("health check %s: status %d", path, resp.StatusCode)
+		return nil, fmt.Errorf("health check %s: status %d", path, resp.StatusCode)
 	}
-	return nil
+	if resp.StatusCode >= 300 {
+		body = nil
+	}
+	return body, nil
+}
+
+// learnModels keeps the model ids of a /v1/models answer (OpenAI, vLLM,
+// Ollama and Anthropic all answer {"data":[{"id":...}]}); an answer of
+// another shape leaves what was learnt before.
+func (u *upstream) learnModels(body []byte) {
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &list) != nil || list.Data == nil {
+		return
+	}
+	ids := make([]string, 0, len(list.Data))
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	u.models.Store(&ids)
 }
 
 // scrape reads vLLM's waiting-requests and KV-usage gauges from a
