@@ -868,3 +868,46 @@ func FuzzTranslateError(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkTranslateStream is the per-event cost of translating a stream
+// (one op = one backend token event; compare with BenchmarkSplitClassify,
+// what an untranslated event costs the proxy).
+func BenchmarkTranslateStream(b *testing.B) {
+	for _, tc := range []struct{ name, from, to, ev string }{
+		{"openai-to-anthropic", apiOpenAI, apiAnthropic, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"finish_reason\":null}]}\n\n"},
+		{"anthropic-to-openai", apiAnthropic, apiOpenAI, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" token\"}}\n\n"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			tr := newStreamTranslator(tc.from, tc.to, "m")
+			start := "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+			if tc.from == apiAnthropic {
+				start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n"
+			}
+			out := tr.Event(nil, []byte(start))
+			ev := []byte(tc.ev)
+			b.ReportAllocs()
+			for b.Loop() {
+				out = tr.Event(out[:0], ev)
+			}
+			if len(out) == 0 {
+				b.Fatal("no output")
+			}
+		})
+	}
+}
+
+func BenchmarkSplitClassify(b *testing.B) {
+	ev := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"finish_reason\":null}]}\n\n")
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		splitEvents(ev, func(e []byte) {
+			if classify(e, false).token {
+				n++
+			}
+		})
+	}
+	if n == 0 {
+		b.Fatal("no token")
+	}
+}
