@@ -315,6 +315,7 @@ func TestMetricsAndTracePropagation(t *testing.T) {
 	fb := newFakeBackend(t, "a", 4)
 	cfg := cfgFor("slo-predictive", fb)
 	cfg.Backends[0].MetricsURL = fb.URL() + "/metrics"
+	cfg.Backends[0].Cost = Cost{InputPerMillion: 100_000, OutputPerMillion: 1_000_000} // 5 prompt + 4 output tokens: $4.50
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	g, url := startGateway(t, cfg, Options{TracerProvider: tp})
@@ -374,6 +375,9 @@ func TestMetricsAndTracePropagation(t *testing.T) {
 			`ttft_gateway_breaker_state{backend="a"} 0`,
 			`ttft_gateway_requests_total{backend="a",code="200",slo_class="chat"} 1`,
 			`ttft_gateway_itl_seconds_count{backend="a"} 3`,
+			`ttft_gateway_tokens_total{backend="a",direction="input"} 5`,
+			`ttft_gateway_tokens_total{backend="a",direction="output"} 4`,
+			`ttft_gateway_cost_dollars_total{backend="a"} 4.5`,
 			`ttft_gateway_predictor_active{backend="a",predictor="linear-rls"}`,
 		} {
 			if !strings.Contains(m, want) {

@@ -24,6 +24,8 @@ type metrics struct {
 	streamErr *prometheus.CounterVec
 	predAPE   *prometheus.HistogramVec
 	schedTime prometheus.Histogram
+	tokens    *prometheus.CounterVec
+	cost      *prometheus.CounterVec
 }
 
 // ttftBuckets cover 5 ms to 30 s; SLO targets (120/320/650 ms) fall on or
@@ -68,6 +70,12 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ttft_gateway_retries_total", Help: "Attempts retried on another backend before the first byte, by failed backend and reason.",
 		}, []string{"backend", "reason"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_tokens_total", Help: "Tokens of successful requests, by backend and direction (input: the backend's usage when reported, else the gateway's estimate; output: the backend's usage).",
+		}, []string{"backend", "direction"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_cost_dollars_total", Help: "Spend of successful requests at the backends' configured price per million input and output tokens.",
+		}, []string{"backend"}),
 		admission: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ttft_gateway_admission_total", Help: "Requests no backend was predicted to serve within SLO, by action taken.",
 		}, []string{"action"}),
@@ -83,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3},
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, &stateCollector{g: g}} {
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, m.tokens, m.cost, &stateCollector{g: g}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -121,6 +121,9 @@ type exchange struct {
 	attempts  int
 	ttft      time.Duration
 	outTokens int
+	// inTokens are the prompt's tokens: the backend's usage when it
+	// reports them, else the gateway's estimate.
+	inTokens  int
 	errMsg    string
 	canceled  bool
 	admission string
@@ -190,6 +193,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 	defer g.hashers.Put(h)
 	hashPrompt(h, &rb)
 	promptTokens := h.Bytes() / 4
+	x.inTokens = promptTokens
 	if kl != nil && kl.tok != nil {
 		if ok, wait := kl.tok.allow(x.start, float64(promptTokens)); !ok {
 			g.rateLimited(w, x, wait, "token rate limit exceeded for key "+ck.Name)
@@ -591,6 +595,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		if resp.StatusCode == http.StatusOK && bytes.Contains(whole, []byte(`"usage"`)) {
 			x.outTokens = max(intAfter(whole, kCompTok), intAfter(whole, kOutTok))
+			x.inTokens = max(x.inTokens, intAfter(whole, kPromptTok), intAfter(whole, kInTok))
 		}
 	}
 
@@ -636,6 +641,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		if x.status == http.StatusOK && bytes.Contains(buf[:n], []byte(`"usage"`)) {
 			x.outTokens = max(intAfter(buf[:n], kCompTok), intAfter(buf[:n], kOutTok))
+			if in := max(intAfter(buf[:n], kPromptTok), intAfter(buf[:n], kInTok)); in > 0 {
+				x.inTokens = in
+			}
 		}
 		t.End(o)
 		return nil
@@ -671,6 +679,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 				}
 				if si.output > 0 {
 					x.outTokens = si.output
+				}
+				if si.input > 0 {
+					x.inTokens = si.input
 				}
 				done = done || si.done
 				sawError = sawError || si.errEv
@@ -821,6 +832,11 @@ func (g *Gateway) finish(x *exchange) {
 	}
 	if x.status != 0 && x.status < 400 {
 		g.m.e2e.WithLabelValues(backend, class).Observe(e2e.Seconds())
+		g.m.tokens.WithLabelValues(backend, "input").Add(float64(x.inTokens))
+		g.m.tokens.WithLabelValues(backend, "output").Add(float64(x.outTokens))
+		if u := g.st.Load().ups[x.backend]; u != nil && (u.cfg.Cost.InputPerMillion > 0 || u.cfg.Cost.OutputPerMillion > 0) {
+			g.m.cost.WithLabelValues(backend).Add((float64(x.inTokens)*u.cfg.Cost.InputPerMillion + float64(x.outTokens)*u.cfg.Cost.OutputPerMillion) / 1e6)
+		}
 	}
 	if x.ttft > 0 {
 		g.m.ttft.WithLabelValues(backend, class).Observe(x.ttft.Seconds())

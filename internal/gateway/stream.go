@@ -92,6 +92,7 @@ type streamInfo struct {
 	done   bool
 	errEv  bool
 	output int
+	input  int // prompt tokens by the backend's usage, when the event carries it
 }
 
 var (
@@ -107,6 +108,8 @@ var (
 	kErrField  = []byte(`"error":`)
 	kCompTok   = []byte(`"completion_tokens":`)
 	kOutTok    = []byte(`"output_tokens":`)
+	kPromptTok = []byte(`"prompt_tokens":`)
+	kInTok     = []byte(`"input_tokens":`)
 )
 
 // classify inspects one event with byte searches only (no JSON decoding, no
@@ -119,6 +122,7 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		si.errEv = bytes.Contains(ev, kErrEvent)
 		if !si.token {
 			si.output = intAfter(ev, kOutTok)
+			si.input = intAfter(ev, kInTok)
 		}
 		return si
 	}
@@ -131,6 +135,7 @@ func classify(ev []byte, anthropic bool) streamInfo {
 	if !si.token {
 		si.errEv = bytes.Contains(ev, kErrField)
 		si.output = intAfter(ev, kCompTok)
+		si.input = intAfter(ev, kPromptTok)
 	}
 	return si
 }

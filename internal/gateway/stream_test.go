@@ -94,11 +94,12 @@ func TestClassify(t *testing.T) {
 		{`data: {"choices":[{"delta":{"content":"hi"}}]}` + "\n\n", false, streamInfo{token: true}},
 		{`data: {"choices":[{"text":"x"}]}` + "\n\n", false, streamInfo{token: true}},
 		{`data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}` + "\n\n", false, streamInfo{token: true}},
-		{`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":42}}` + "\n\n", false, streamInfo{output: 42}},
+		{`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":42}}` + "\n\n", false, streamInfo{output: 42, input: 5}},
 		{"data: [DONE]\n\n", false, streamInfo{done: true}},
 		{`data: {"error":{"message":"x"}}` + "\n\n", false, streamInfo{errEv: true}},
 		{"event: content_block_delta\ndata: {}\n\n", true, streamInfo{token: true}},
 		{"event: message_delta\ndata: {\"usage\":{\"output_tokens\": 17}}\n\n", true, streamInfo{output: 17}},
+		{"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n", true, streamInfo{output: 1, input: 12}},
 		{"event: message_stop\ndata: {}\n\n", true, streamInfo{done: true}},
 		{"event: error\ndata: {}\n\n", true, streamInfo{errEv: true}},
 	} {
