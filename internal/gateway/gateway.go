@@ -263,6 +263,13 @@ func (g *Gateway) apply(c *Config) error {
 		}
 		st.sched = s
 	}
+	// Counters start at zero for every backend, so that rates (spend per
+	// hour, tokens per second) exist before the first request.
+	for name := range st.ups {
+		g.m.cost.WithLabelValues(name)
+		g.m.tokens.WithLabelValues(name, "input")
+		g.m.tokens.WithLabelValues(name, "output")
+	}
 	g.st.Store(st)
 	return nil
 }
