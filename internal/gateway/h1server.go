@@ -71,8 +71,9 @@ type h1Server struct {
 	conns    map[*srvConn]struct{}
 	closing  atomic.Bool
 	date     atomic.Pointer[dateLine]
-	bufPool  sync.Pool // *bufio.Writer of 32 KiB + framing
-	readPool sync.Pool // *bufio.Reader of 8 KiB
+	bufPool  sync.Pool // *bufio.Writer of 32 KiB + framing, held per request
+	readPool sync.Pool // *bufio.Reader of 4 KiB, held per connection
+	writers  atomic.Int64 // write buffers held now
 }
 
 type dateLine struct {
@@ -137,7 +138,7 @@ func newH1Server(h http.Handler, lim Limits, log *slog.Logger, base context.Cont
 	// A tenth of the shortest timeout, so a timeout fires at most 10% late.
 	s.sweepEvery = min(max(min(s.headerTimeout, s.writeTimeout)/10, 5*time.Millisecond), 250*time.Millisecond)
 	s.bufPool.New = func() any { return bufio.NewWriterSize(nil, 32<<10+64) }
-	s.readPool.New = func() any { return bufio.NewReaderSize(nil, 8<<10) }
+	s.readPool.New = func() any { return bufio.NewReaderSize(nil, 4<<10) }
 	return s
 }
 
@@ -346,8 +347,6 @@ func (c *srvConn) serve() {
 	s := c.s
 	c.br = s.readPool.Get().(*bufio.Reader)
 	c.br.Reset(c.nc)
-	c.bw = s.bufPool.Get().(*bufio.Writer)
-	c.bw.Reset(c)
 	defer func() {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
@@ -360,8 +359,7 @@ func (c *srvConn) serve() {
 		s.forget(c)
 		c.br.Reset(nil)
 		s.readPool.Put(c.br)
-		c.bw.Reset(nil)
-		s.bufPool.Put(c.bw)
+		c.releaseWriter()
 	}()
 	for {
 		c.phase.Store(phaseIdle)
@@ -406,6 +404,26 @@ func badRequest(format string, a ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
 }
 
+// acquireWriter gives the connection a write buffer for one response.
+// Idle kept-alive connections hold none: a client's open connections pin
+// 4 KiB each, not 36.
+func (c *srvConn) acquireWriter() {
+	if c.bw == nil {
+		c.bw = c.s.bufPool.Get().(*bufio.Writer)
+		c.bw.Reset(c)
+		c.s.writers.Add(1)
+	}
+}
+
+func (c *srvConn) releaseWriter() {
+	if c.bw != nil {
+		c.bw.Reset(nil)
+		c.s.bufPool.Put(c.bw)
+		c.bw = nil
+		c.s.writers.Add(-1)
+	}
+}
+
 // refuse answers a request that could not be read; it reports whether an
 // answer was sent (the caller then closes).
 func (c *srvConn) refuse(err error) bool {
@@ -413,6 +431,7 @@ func (c *srvConn) refuse(err error) bool {
 	if !errors.As(err, &he) {
 		return false // the connection failed or timed out: nobody to answer
 	}
+	c.acquireWriter()
 	msg := he.msg + "\n"
 	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		he.status, http.StatusText(he.status), len(msg), msg)
@@ -829,9 +848,11 @@ func (b *srvBody) drain() bool {
 func (c *srvConn) handle(req *http.Request, info reqInfo) bool {
 	ctx, cancel := context.WithCancelCause(c.s.base)
 	c.cancel.Store(&cancel)
+	c.acquireWriter()
 	defer func() {
 		c.cancel.Store(nil)
 		cancel(context.Canceled)
+		c.releaseWriter()
 	}()
 	if c.aborted.Load() {
 		return false // aborted between reading the head and here

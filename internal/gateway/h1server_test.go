@@ -75,7 +75,7 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 func TestServerKeepAlivePipeliningAndFraming(t *testing.T) {
-	addr, _ := startH1(t, echo, Limits{}, nil)
+	addr, s := startH1(t, echo, Limits{}, nil)
 	c, br := dial(t, addr)
 	// Three requests in one write: plain, Content-Length body, chunked
 	// body with a trailer. All on one connection, answered in order.
@@ -105,6 +105,12 @@ func TestServerKeepAlivePipeliningAndFraming(t *testing.T) {
 	io.WriteString(c, "GET /e HTTP/1.1\r\nHost: h\r\n\r\n")
 	if _, body := readResp(t, br, "GET"); body != "GET /e host=h x= body=" {
 		t.Fatalf("after HEAD: %q", body)
+	}
+	// Between requests a kept-alive connection holds no write buffer.
+	for end := time.Now().Add(5 * time.Second); s.writers.Load() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d write buffers held by an idle connection", s.writers.Load())
+		}
 	}
 }
 
