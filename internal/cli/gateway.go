@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/gateway"
 	"github.com/ttft-dev/ttft/internal/gateway/eval"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/telemetry"
 )
 
@@ -33,6 +36,7 @@ func newGatewayCmd(env *Env) *cobra.Command {
 		noLog      bool
 		cpuProfile string
 		httpServer string
+		recordsDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -119,7 +123,33 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 			logw := gateway.NewLogBuffer(env.Stderr, 200*time.Millisecond)
 			defer logw.Flush()
 			log := slog.New(slog.NewJSONHandler(logw, nil))
-			g, err := gateway.New(*cfg, gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: httpServer})
+			gopts := gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: httpServer}
+			if recordsDir != "" {
+				// A run directory of the traffic through the gateway, for
+				// ttft report / compare / runs import: one record per
+				// request, appended as it finishes.
+				man := record.Manifest{Schema: record.ManifestSchema, Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
+					Source: "gateway", Target: "http://" + cfg.Listen, Host: hostInfo(), Started: time.Now().UTC(), Labels: map[string]string{"policy": cfg.Policy}}
+				if err := record.WriteJSON(filepath.Join(recordsDir, "manifest.json"), man); err != nil {
+					return usageErr("gateway: --records: %v", err)
+				}
+				jw, err := record.NewJSONLWriter(filepath.Join(recordsDir, "requests.jsonl"))
+				if err != nil {
+					return usageErr("gateway: --records: %v", err)
+				}
+				var failed atomic.Bool
+				gopts.OnRecord = func(r *record.Record) {
+					if err := jw.Write(r); err != nil && !failed.Swap(true) {
+						log.Error("gateway: writing records stopped", "error", err.Error())
+					}
+				}
+				defer func() {
+					jw.Close()
+					man.Ended = time.Now().UTC()
+					record.WriteJSON(filepath.Join(recordsDir, "manifest.json"), man)
+				}()
+			}
+			g, err := gateway.New(*cfg, gopts)
 			if err != nil {
 				return usageErr("gateway: %v", err)
 			}
@@ -157,6 +187,7 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
 	f.BoolVar(&noLog, "no-access-log", false, "disable the JSON access log")
 	f.StringVar(&httpServer, "http-server", "ttft", "client-facing HTTP/1.1 server: ttft (the gateway's own, lowest overhead) or net/http (Go's standard server)")
+	f.StringVar(&recordsDir, "records", "", "write every request through the gateway as a record to `DIR`/requests.jsonl (a run directory for ttft report, compare and runs import)")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
 	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
 	return cmd

@@ -55,8 +55,9 @@ func TestBenchThroughGateway(t *testing.T) {
 	l.Close()
 	var gwOut, gwErr bytes.Buffer
 	gwDone := make(chan int, 1)
+	recDir := filepath.Join(t.TempDir(), "gw-run")
 	go func() {
-		gwDone <- Main(ctx, Env{Args: []string{"gateway", "--listen", addr, "--backend", fleet[0].URL(), "--backend", fleet[1].URL(), "--no-access-log"},
+		gwDone <- Main(ctx, Env{Args: []string{"gateway", "--listen", addr, "--backend", fleet[0].URL(), "--backend", fleet[1].URL(), "--no-access-log", "--records", recDir},
 			Stdout: &gwOut, Stderr: &gwErr, Getenv: func(string) string { return "" }})
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -108,6 +109,26 @@ func TestBenchThroughGateway(t *testing.T) {
 	case <-gwDone:
 	case <-time.After(10 * time.Second):
 		t.Fatal("gateway did not stop on cancel")
+	}
+	// --records: every request through the gateway, as a run directory
+	// that ttft report reads.
+	grecs, err := record.ReadJSONL(filepath.Join(recDir, "requests.jsonl"))
+	if err != nil || len(grecs) != 24 {
+		t.Fatalf("gateway records: %d, %v", len(grecs), err)
+	}
+	apis := map[string]int{}
+	for _, r := range grecs {
+		if !r.OK() || r.Source != "gateway" || r.TTFTMs <= 0 || r.OutputTokensUsage != 16 || r.OutputEvents != 16 || len(r.ITLMs) != 15 || r.Backend == "" {
+			t.Fatalf("gateway record %d: %+v", r.Index, r)
+		}
+		apis[r.API]++
+	}
+	if apis["openai"] != 16 || apis["anthropic"] != 8 {
+		t.Fatalf("records by API: %v", apis)
+	}
+	code, stdout, stderr = runCLI(t, "report", recDir, "--json", filepath.Join(t.TempDir(), "charts.json"))
+	if code != 0 {
+		t.Fatalf("ttft report on the gateway's records: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
 

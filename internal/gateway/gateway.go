@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/record"
 )
 
 // Options are the gateway's process-level dependencies.
@@ -51,6 +52,10 @@ type Options struct {
 	// gateway's own HTTP/1.1 server (h1server.go), "net/http" for the
 	// standard library's.
 	HTTPServer string
+	// OnRecord, if set, gets every finished request as a record.Record
+	// (source "gateway"), after its response is complete: e.g. appended to
+	// a run directory's requests.jsonl for ttft report and compare.
+	OnRecord func(*record.Record)
 	// OnFinish, if set, hears every request's TTFT (0 when none) and
 	// whether it failed, e.g. to feed a dynamic trace sampler.
 	OnFinish func(ttft time.Duration, failed bool)
@@ -68,11 +73,13 @@ type Gateway struct {
 	h1      *h1Client // nil when Options.Transport is set
 	log     *slog.Logger
 	budget  retryBudget
-	limits  limiters
-	hashers sync.Pool
-	bufs    sync.Pool // 32 KiB stream buffers
-	lines   sync.Pool // access-log line buffers
-	reload  sync.Mutex
+	// recIndex numbers the records given to OnRecord.
+	recIndex atomic.Int64
+	limits   limiters
+	hashers  sync.Pool
+	bufs     sync.Pool // 32 KiB stream buffers
+	lines    sync.Pool // access-log line buffers
+	reload   sync.Mutex
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -71,8 +71,8 @@ type h1Server struct {
 	conns    map[*srvConn]struct{}
 	closing  atomic.Bool
 	date     atomic.Pointer[dateLine]
-	bufPool  sync.Pool // *bufio.Writer of 32 KiB + framing, held per request
-	readPool sync.Pool // *bufio.Reader of 4 KiB, held per connection
+	bufPool  sync.Pool    // *bufio.Writer of 32 KiB + framing, held per request
+	readPool sync.Pool    // *bufio.Reader of 4 KiB, held per connection
 	writers  atomic.Int64 // write buffers held now
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"io"
 	"log/slog"
@@ -122,8 +123,12 @@ type exchange struct {
 	ttft      time.Duration
 	outTokens int
 	// inTokens are the prompt's tokens: the backend's usage when it
-	// reports them, else the gateway's estimate.
+	// reports them (inUsage), else the gateway's estimate.
 	inTokens  int
+	inUsage   int
+	maxTokens int
+	events    int       // token events passed through
+	itl       []float64 // gaps between token events, ms (only for OnRecord)
 	errMsg    string
 	canceled  bool
 	admission string
@@ -182,7 +187,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		writeError(w, anthropic, x.status, "invalid_request_error", "request body is not valid JSON: "+err.Error())
 		return
 	}
-	x.model, x.stream = rb.Model, rb.Stream
+	x.model, x.stream, x.maxTokens = rb.Model, rb.Stream, max(rb.MaxTokens, rb.MaxCompletionTokens)
 	if rb.Model == "" {
 		x.status = http.StatusBadRequest
 		writeError(w, anthropic, x.status, "invalid_request_error", `"model" is required`)
@@ -595,7 +600,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		if resp.StatusCode == http.StatusOK && bytes.Contains(whole, []byte(`"usage"`)) {
 			x.outTokens = max(intAfter(whole, kCompTok), intAfter(whole, kOutTok))
-			x.inTokens = max(x.inTokens, intAfter(whole, kPromptTok), intAfter(whole, kInTok))
+			if in := max(intAfter(whole, kPromptTok), intAfter(whole, kInTok)); in > 0 {
+				x.inTokens, x.inUsage = in, in
+			}
 		}
 	}
 
@@ -642,7 +649,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if x.status == http.StatusOK && bytes.Contains(buf[:n], []byte(`"usage"`)) {
 			x.outTokens = max(intAfter(buf[:n], kCompTok), intAfter(buf[:n], kOutTok))
 			if in := max(intAfter(buf[:n], kPromptTok), intAfter(buf[:n], kInTok)); in > 0 {
-				x.inTokens = in
+				x.inTokens, x.inUsage = in, in
 			}
 		}
 		t.End(o)
@@ -681,7 +688,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 					x.outTokens = si.output
 				}
 				if si.input > 0 {
-					x.inTokens = si.input
+					x.inTokens, x.inUsage = si.input, si.input
 				}
 				done = done || si.done
 				sawError = sawError || si.errEv
@@ -728,6 +735,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			// Events that arrived in one read arrived together: the first
 			// token's time is the read's, and the gaps between tokens of
 			// one read are zero.
+			x.events += tokens
 			if tokens > 0 && last.IsZero() {
 				tokens--
 				ttft := t.FirstTokenAt(arrived)
@@ -741,7 +749,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 				last = arrived
 			}
 			for ; tokens > 0; tokens-- {
-				itl.Observe(arrived.Sub(last).Seconds())
+				gap := arrived.Sub(last)
+				itl.Observe(gap.Seconds())
+				if g.opts.OnRecord != nil {
+					x.itl = append(x.itl, ms(gap))
+				}
 				last = arrived
 			}
 		}
@@ -860,6 +872,9 @@ func (g *Gateway) finish(x *exchange) {
 		}
 		x.span.End()
 	}
+	if g.opts.OnRecord != nil {
+		g.opts.OnRecord(g.record(x, e2e))
+	}
 	if !*g.st.Load().cfg.AccessLog {
 		return
 	}
@@ -871,6 +886,45 @@ func (g *Gateway) finish(x *exchange) {
 		return
 	}
 	g.log.LogAttrs(context.Background(), slog.LevelInfo, "request", accessAttrs(x, e2e)...)
+}
+
+// record is the request as ttft's one record type (Options.OnRecord):
+// times as the gateway saw them, from the request's arrival.
+func (g *Gateway) record(x *exchange, e2e time.Duration) *record.Record {
+	r := &record.Record{
+		Index: int(g.recIndex.Add(1) - 1), Source: "gateway", Backend: x.backend, API: x.api, Model: x.model, Scenario: x.class,
+		Intended: x.start, Sent: x.start, End: x.start.Add(e2e), ITLMs: x.itl,
+		PromptTokens: x.inTokens, PromptTokensUsage: x.inUsage, OutputTokensUsage: x.outTokens, OutputEvents: x.events,
+		MaxTokens: x.maxTokens, NotStreamed: !x.stream, Status: x.status, Error: x.errMsg,
+	}
+	if x.ttft > 0 {
+		r.FirstToken = x.start.Add(x.ttft)
+		r.FirstContent = r.FirstToken
+	}
+	if x.slo > 0 || x.predicted > 0 {
+		r.ServerTimings = map[string]float64{}
+		if x.slo > 0 {
+			r.ServerTimings["gateway_slo"] = ms(x.slo)
+		}
+		if x.predicted > 0 {
+			r.ServerTimings["gateway_predicted_ttft_p95"] = ms(x.predicted)
+		}
+	}
+	switch {
+	case x.canceled:
+		r.ErrorClass = record.ErrCanceled
+	case x.status == 0 || x.status >= 400:
+		r.ErrorClass = record.ErrHTTPStatus
+	case x.errMsg != "":
+		r.ErrorClass = record.ErrStreamCut
+	case x.stream && x.ttft == 0:
+		r.ErrorClass = record.ErrNoTokens
+	}
+	if !x.stream && r.ErrorClass == record.ErrNone {
+		r.FirstToken, r.FirstContent = r.End, r.End // a whole answer's first token is its end
+	}
+	r.Finalize()
+	return r
 }
 
 // accessAttrs are the access log's fields when it goes through Logger
