@@ -598,11 +598,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			t.End(sched.OutcomeOK)
 			return &attemptError{status: http.StatusBadGateway, msg: fmt.Sprintf("backend %s's answer could not be translated to the %s API: %v", u.cfg.Name, x.api, err)}
 		}
-		if resp.StatusCode == http.StatusOK && bytes.Contains(whole, []byte(`"usage"`)) {
-			x.outTokens = max(intAfter(whole, kCompTok), intAfter(whole, kOutTok))
-			if in := max(intAfter(whole, kPromptTok), intAfter(whole, kInTok)); in > 0 {
-				x.inTokens, x.inUsage = in, in
-			}
+		if resp.StatusCode == http.StatusOK {
+			x.usageFrom(whole)
 		}
 	}
 
@@ -646,11 +643,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if werr != nil && ctx.Err() != nil {
 			o, x.canceled = sched.OutcomeCanceled, true
 		}
-		if x.status == http.StatusOK && bytes.Contains(buf[:n], []byte(`"usage"`)) {
-			x.outTokens = max(intAfter(buf[:n], kCompTok), intAfter(buf[:n], kOutTok))
-			if in := max(intAfter(buf[:n], kPromptTok), intAfter(buf[:n], kInTok)); in > 0 {
-				x.inTokens, x.inUsage = in, in
-			}
+		if x.status == http.StatusOK {
+			x.usageFrom(buf[:n])
 		}
 		t.End(o)
 		return nil
@@ -794,6 +788,18 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	rc.Flush()
 	x.errMsg = msg
 	return nil
+}
+
+// usageFrom reads the token usage of a whole (not streamed) answer in
+// either API.
+func (x *exchange) usageFrom(body []byte) {
+	if !bytes.Contains(body, []byte(`"usage"`)) {
+		return
+	}
+	x.outTokens = max(intAfter(body, kCompTok), intAfter(body, kOutTok))
+	if in := max(intAfter(body, kPromptTok), intAfter(body, kInTok)); in > 0 {
+		x.inTokens, x.inUsage = in, in
+	}
 }
 
 // bodyFinisher is a ResponseWriter that can end its response before the
