@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -167,11 +168,17 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 	}
 	if o.SelfCheck {
+		if o.Target != "" {
+			return record.Summary{}, usageErr("--self-check measures ttft's own client against a built-in exact-timing server; it takes no --target")
+		}
 		return record.Summary{}, runSelfCheck(ctx, env, o)
 	}
 
 	src, scenario, tok, err := o.work.build(env)
 	if err != nil {
+		return record.Summary{}, err
+	}
+	if err := o.load.fitWorkload(o.work.size(scenario)); err != nil {
 		return record.Summary{}, err
 	}
 	tgt, stop, err := resolveTarget(ctx, env, o, api, &reqOpt)
@@ -371,6 +378,15 @@ func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API,
 		}
 		t.model = models[0]
 		fmt.Fprintf(env.Stderr, "ttft bench: no --model given; using %q, the first of %d listed by the server\n", t.model, len(models))
+	} else if len(models) > 0 && !slices.Contains(models, t.model) {
+		// Not an error: servers answer to aliases they do not list
+		// (hosted APIs, Ollama's "name" for "name:latest").
+		shown := models
+		if len(shown) > 8 {
+			shown = shown[:8]
+		}
+		fmt.Fprintf(env.Stderr, "warning: --model %q is not among the %d models %s/v1/models lists (%s%s)\n", t.model, len(models), base,
+			strings.Join(shown, ", "), map[bool]string{true: ", …", false: ""}[len(models) > len(shown)])
 	}
 	return t, noop, nil
 }

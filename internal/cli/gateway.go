@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -171,10 +172,14 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 				}()
 			}
 			c := g.Config()
-			log.Info("gateway listening", "addr", c.Listen, "policy", c.Policy, "backends", len(c.Backends))
+			ln, err := net.Listen("tcp", c.Listen)
+			if err != nil {
+				return usageErr("gateway: listening on %s: %v", c.Listen, err)
+			}
+			log.Info("gateway listening", "addr", ln.Addr().String(), "policy", c.Policy, "backends", len(c.Backends))
 			logw.Flush()
-			if err := g.ListenAndServe(ctx, c.Listen); err != nil {
-				return usageErr("gateway: %v", err)
+			if err := g.Serve(ctx, ln); err != nil {
+				return failErr("gateway: %v", err)
 			}
 			return nil
 		},

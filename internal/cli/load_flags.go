@@ -63,3 +63,17 @@ func (o *loadOptions) validate() error {
 	}
 	return nil
 }
+
+// fitWorkload adapts the request count to a workload of known size: a
+// multi-turn workload without --requests runs all its turns (the default
+// 100 would stop 20 sessions × 10 turns at turn 5), and --requests 0
+// without --duration is refused for a workload that never ends.
+func (o *loadOptions) fitWorkload(turns int, finite bool) error {
+	if turns > 0 && o.Duration == 0 && o.fs != nil && !o.fs.Changed("requests") {
+		o.Requests = turns
+	}
+	if o.Requests == 0 && o.Duration == 0 && !finite {
+		return usageErr("--requests 0 runs until --duration ends, and no --duration was given")
+	}
+	return nil
+}

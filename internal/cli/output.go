@@ -62,26 +62,41 @@ func printSummary(w io.Writer, s *record.Summary, m *record.Manifest, dir string
 			parts[i] = fmt.Sprintf("%s %d", k, s.Requests.Errors[k])
 		}
 		fmt.Fprintf(w, "errors: %s\n", strings.Join(parts, ", "))
-	}
-	if len(s.SLO) > 0 {
-		fmt.Fprintf(w, "\nSLO verdicts (scenario %s):\n", s.Scenario)
-		for _, v := range s.SLO {
-			verdict := "PASS"
-			if !v.Pass {
-				verdict = "FAIL"
+		for _, k := range keys {
+			if msg := s.Requests.FirstErrors[k]; msg != "" {
+				if r := []rune(msg); len(r) > 300 {
+					msg = string(r[:300]) + "…"
+				}
+				fmt.Fprintf(w, "  first %s: %s\n", k, msg)
 			}
-			fmt.Fprintf(w, "  %s  %-10s %s %s ≤ %s ms: measured %s ms (95%% CI %s–%s), margin %s ms\n",
-				verdict, v.Name, v.Metric, v.Statistic, num(v.LimitMs), num(v.ValueMs), num(v.CI95[0]), num(v.CI95[1]), num(v.MarginMs))
-		}
-		if g := s.Goodput; g != nil {
-			fmt.Fprintf(w, "  goodput %.2f req/s meeting every SLO (attainment %.1f%%)\n", g.RequestsPerS, 100*g.Attainment)
 		}
 	}
+	printVerdicts(w, s)
 	for _, warn := range s.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
 	if dir != "" {
 		fmt.Fprintf(w, "\nresults: %s\n", dir)
+	}
+}
+
+// printVerdicts writes a scenario's SLO verdicts and goodput (nothing
+// without SLOs).
+func printVerdicts(w io.Writer, s *record.Summary) {
+	if len(s.SLO) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nSLO verdicts (scenario %s):\n", s.Scenario)
+	for _, v := range s.SLO {
+		verdict := "PASS"
+		if !v.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s  %-10s %s %s ≤ %s ms: measured %s ms (95%% CI %s–%s), margin %s ms\n",
+			verdict, v.Name, v.Metric, v.Statistic, num(v.LimitMs), num(v.ValueMs), num(v.CI95[0]), num(v.CI95[1]), num(v.MarginMs))
+	}
+	if g := s.Goodput; g != nil {
+		fmt.Fprintf(w, "  goodput %.2f req/s meeting every SLO (attainment %.1f%%)\n", g.RequestsPerS, 100*g.Attainment)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -102,7 +103,8 @@ HTTP on a loopback port: no GPU, keys or network needed.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr("%s: %v (see '%s --help')", c.CommandPath(), err, c.CommandPath())
+		// Errors print as "ttft: ..."; name the subcommand, not ttft twice.
+		return usageErr("%s: %v (see '%s --help')", strings.TrimPrefix(c.CommandPath(), "ttft "), err, c.CommandPath())
 	})
 	root.AddCommand(newVersionCmd(env), newTimingServerCmd(env))
 	for _, add := range commandConstructors {

@@ -233,6 +233,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			} else if src, scen, tok, err = wl.build(env); err != nil {
 				return err
 			}
+			if err := load.fitWorkload(wl.size(scen)); err != nil {
+				return err
+			}
 			opt := sim.RunOptions{Concurrency: load.Concurrency, Requests: load.Requests, Duration: load.Duration, Warmup: load.Warmup, RampUp: load.RampUp,
 				Seed: uint64(seed), Tokenizer: tok, Start: time.Now().UTC()}
 			if load.Rate > 0 {
@@ -378,6 +381,7 @@ func printSimSummary(env *Env, d *sim.Deployment, s record.Summary) {
 	}
 	fmt.Fprintf(tw, "throughput\t%.2f req/s\t%.0f out tok/s\t\t\t\t\n", s.Throughput.RequestsPerS, s.Throughput.OutputTokensPerS)
 	_ = tw.Flush()
+	printVerdicts(env.Stdout, &s)
 	for _, w := range s.Warnings {
 		fmt.Fprintln(env.Stdout, "note:", w)
 	}

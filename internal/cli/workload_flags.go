@@ -113,6 +113,21 @@ func (o *workloadOptions) lengths() (minTokens int, err error) {
 // build returns the run's request source, its scenario (nil when none was
 // chosen) and the tokenizer used to count output tokens. It reads at most
 // local files and never touches the network.
+// size is how many requests the workload holds: sessions × turns for a
+// multi-turn one (0 otherwise), and whether it ends by itself (multi-turn,
+// or a dataset that is not looped).
+func (o *workloadOptions) size(sc *workload.Scenario) (turns int, finite bool) {
+	switch {
+	case sc != nil && sc.Session != nil:
+		return sc.Session.Sessions * sc.Session.Turns, true
+	case o.Sessions > 0:
+		return o.Sessions * o.Turns, true
+	case o.Dataset != "":
+		return 0, !o.LoopDataset
+	}
+	return 0, false
+}
+
 func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, workload.Tokenizer, error) {
 	tok, err := workload.LoadTokenizer(o.Tokenizer)
 	if err != nil {

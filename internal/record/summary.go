@@ -30,6 +30,9 @@ type Requests struct {
 	Failed    int            `json:"failed"`
 	Warmup    int            `json:"warmup"`
 	Errors    map[string]int `json:"errors_by_class,omitempty"`
+	// FirstErrors is the first failed request's error message per class,
+	// so that a failed run says why without opening requests.jsonl.
+	FirstErrors map[string]string `json:"first_error_by_class,omitempty"`
 }
 
 // Throughput over the measured window (first send to last end).

@@ -45,6 +45,7 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	var first, last time.Time
 	var inTok, outTok int
 	errs := map[string]int{}
+	firstErrs := map[string]string{}
 	notStreamed := 0
 	for i := range recs {
 		r := &recs[i]
@@ -75,6 +76,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 		if !r.OK() {
 			s.Requests.Failed++
 			errs[r.ErrorClass]++
+			if _, seen := firstErrs[r.ErrorClass]; !seen && r.Error != "" {
+				firstErrs[r.ErrorClass] = r.Error
+			}
 			continue
 		}
 		s.Requests.Completed++
@@ -114,6 +118,9 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	}
 	if len(errs) > 0 {
 		s.Requests.Errors = errs
+	}
+	if len(firstErrs) > 0 {
+		s.Requests.FirstErrors = firstErrs
 	}
 	s.Started, s.Ended = first, last
 	if !first.IsZero() && last.After(first) {

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+// A failed run says why: the first error of each class is printed, and a
+// --model the server does not list is warned about before the run.
+func TestFailedRunSaysWhy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"llama-3.1-8b"}]}`)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":{"message":"The model llama-3.1-8bb does not exist."}}`)
+	}))
+	defer srv.Close()
+	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL, "--model", "llama-3.1-8bb", "-n", "2", "--no-store", "--no-progress", "--out", t.TempDir())
+	if code != ExitFail {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(stdout, "first http_status: HTTP 404") || !strings.Contains(stdout, "does not exist") {
+		t.Errorf("the error's message is not shown:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, `--model "llama-3.1-8bb" is not among`) || !strings.Contains(stderr, "llama-3.1-8b") {
+		t.Errorf("no warning about the unlisted model:\n%s", stderr)
+	}
+}
+
+// A multi-turn workload without --requests runs all its turns; --requests 0
+// without --duration on an endless workload is refused.
+func TestRequestCountFollowsWorkload(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--sessions", "2", "--turns", "3", "--prompt-tokens", "16", "--max-tokens", "4", "-c", "2",
+		"--no-store", "--no-progress", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 6 {
+		t.Fatalf("%d records (%v), want 2 sessions × 3 turns", len(recs), err)
+	}
+	if code, _, stderr := runCLI(t, "bench", "-n", "0", "--no-store"); code != ExitUsage || !strings.Contains(stderr, "--duration") {
+		t.Fatalf("-n 0 without --duration: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "bench", "--self-check", "--target", "http://127.0.0.1:1"); code != ExitUsage || !strings.Contains(stderr, "no --target") {
+		t.Fatalf("--self-check with --target: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "bench", "--nope"); code != ExitUsage || !strings.HasPrefix(stderr, "ttft: bench: unknown flag") {
+		t.Fatalf("unknown flag: exit %d, %q", code, stderr)
+	}
+}
+
+func TestSimRunPrintsVerdicts(t *testing.T) {
+	code, stdout, _ := runCLI(t, "sim", "run", "--scenario", "code", "-n", "20", "--gpu", "l4", "--max-model-len", "8192", "--out", t.TempDir())
+	if code != ExitFail || !strings.Contains(stdout, "SLO verdicts (scenario code)") || !strings.Contains(stdout, "FAIL  ttft_p95") {
+		t.Fatalf("exit %d\n%s", code, stdout)
+	}
+}
+
+func TestGatewayPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, stdout, stderr := runCLI(t, "gateway", "--backend", "http://127.0.0.1:1", "--listen", ln.Addr().String(), "--no-access-log")
+	if code != ExitUsage || !strings.Contains(stderr, "address already in use") || strings.Contains(stdout+stderr, "gateway listening") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+}
