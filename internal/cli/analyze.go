@@ -372,7 +372,7 @@ func parsePredict(ss []string) ([]fitPrediction, error) {
 
 func readFitPoints(ctx context.Context, env *Env, so *storeOpener, args []string, metric, stat string) ([]stats.LatencyPoint, error) {
 	var pts []stats.LatencyPoint
-	for _, a := range args {
+	for _, a := range expandRunArgs(args) {
 		st, statErr := os.Stat(a)
 		if (statErr == nil && st.IsDir()) || (statErr != nil && a != "-" && !looksLikePath(a)) {
 			r, err := resolveAnalysisRun(ctx, so, a)
@@ -830,7 +830,7 @@ func runPareto(ctx context.Context, env *Env, o paretoOptions, args []string) er
 	so := &storeOpener{env: env, dsn: o.db}
 	defer so.close()
 	var pts []stats.ParetoPoint
-	for _, a := range args {
+	for _, a := range expandRunArgs(args) {
 		r, err := resolveAnalysisRun(ctx, so, a)
 		if err != nil {
 			return usageErr("pareto: %v", err)

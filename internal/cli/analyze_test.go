@@ -90,6 +90,11 @@ func TestFitCommandFromCSVAndRuns(t *testing.T) {
 	if len(got.Fit.Points) != 42 || got.Fit.Nonlinear.R2 < 0.999 {
 		t.Errorf("%d points, R² %v", len(got.Fit.Points), got.Fit.Nonlinear.R2)
 	}
+	// A directory of run directories (ttft sweep's output) stands for them
+	// all, as in report and compare.
+	if code, out, errs := runAnalysisCLI(t, "fit", csvPath, tmp, "--json"); code != ExitOK || strings.Count(out, `"batch"`) != 42 {
+		t.Errorf("fit CSV + directory of runs: exit %d, %d points\n%s", code, strings.Count(out, `"batch"`), errs)
+	}
 	if p := got.Predictions[0].Nonlinear; math.Abs(p-stats.LatencyModel(truth, 32, 2048)) > 2 {
 		t.Errorf("prediction at 32×2048 = %v, want about %v", p, stats.LatencyModel(truth, 32, 2048))
 	}
