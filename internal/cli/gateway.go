@@ -297,7 +297,8 @@ attainment, goodput and prefix-cache hit rate as a Markdown table.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Float64SliceVar(&rates, "rates", nil, "arrival rates in requests/s (default 10,20,30,40)")
+	f.Float64SliceVar(&rates, "rates", nil, "arrival rates in requests/s")
+	f.Lookup("rates").DefValue = "10,20,30,40" // eval.DefaultOptions().Rates, shown as typed
 	f.IntVar(&requests, "requests", 2000, "requests per policy and rate (the first 10% are warm-up)")
 	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
 	f.Float64Var(&sloMs, "slo-ms", 320, "TTFT SLO in milliseconds")

@@ -278,7 +278,7 @@ func runsListCmd(env *Env, o *storeOpener) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&source, "source", "", "only runs from this source (bench, sim, sweep)")
+	f.StringVar(&source, "source", "", "only runs from this source (bench, sim, gateway)")
 	f.StringArrayVar(&labels, "label", nil, "only runs with this `KEY=VALUE` label (repeatable)")
 	f.IntVar(&limit, "limit", 0, "show at most N runs (0: all)")
 	f.BoolVar(&jsonOut, "json", false, "print JSON")

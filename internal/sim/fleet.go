@@ -81,6 +81,9 @@ func StartFleet(ctx context.Context, cfgs []ServerConfig) ([]*Server, error) {
 			for _, o := range out {
 				_ = o.Close()
 			}
+			if len(cfgs) == 1 {
+				return nil, err // one server: no fleet to name
+			}
 			return nil, fmt.Errorf("fleet replica %d (%s on %s): %w", i, c.Model, c.GPU, err)
 		}
 		out = append(out, s)

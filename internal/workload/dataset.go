@@ -137,7 +137,7 @@ func LoadDataset(path, format string, policy BadLinePolicy) (*Dataset, error) {
 	case "mooncake":
 		err = d.parseMooncake(f, policy)
 	default:
-		return nil, fmt.Errorf("dataset format %q: want sharegpt, jsonl, azure or mooncake", format)
+		return nil, fmt.Errorf("dataset format %q: want auto, sharegpt, jsonl, azure or mooncake", format)
 	}
 	if err != nil {
 		return nil, err

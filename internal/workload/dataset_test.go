@@ -207,7 +207,7 @@ func TestLoadDatasetErrors(t *testing.T) {
 		{write("s.json", "{}"), "sharegpt", "s.json:1: a ShareGPT file is a JSON array"},
 		{write("t.json", "[{\"conversations\": [}"), "sharegpt", "t.json:1: malformed JSON"},
 		{filepath.Join(dir, "missing"), "jsonl", "reading dataset"},
-		{write("x", "{}"), "parquet", "want sharegpt, jsonl, azure or mooncake"},
+		{write("x", "{}"), "parquet", "want auto, sharegpt, jsonl, azure or mooncake"},
 	}
 	for _, c := range cases {
 		if _, err := LoadDataset(c.path, c.format, BadLineStop); err == nil || !strings.Contains(err.Error(), c.want) {
