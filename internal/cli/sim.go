@@ -5,6 +5,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
+	"github.com/ttft-dev/ttft/internal/yamlerr"
 )
 
 // simDeployFlags are the engine flags, named like vLLM's.
@@ -129,6 +131,10 @@ func newSimServeCmd(env *Env) *cobra.Command {
 				}
 				cfgs, err = sim.ParseFleet(b)
 				if err != nil {
+					var ye *yamlerr.Error
+					if errors.As(yamlerr.Clean(fleetFile, err), &ye) {
+						return usageErr("--fleet %v", ye)
+					}
 					return usageErr("--fleet %s: %v", fleetFile, err)
 				}
 				for i := range cfgs {

@@ -7,15 +7,14 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/yamlerr"
 )
 
 // Duration is a time.Duration written in YAML as "250ms", "30s".
@@ -188,8 +187,6 @@ func LoadConfig(path string, getenv func(string) string) (*Config, error) {
 	return ParseConfig(path, data, getenv)
 }
 
-var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
-
 // ParseConfig parses and validates configuration bytes; name is used in errors.
 func ParseConfig(name string, data []byte, getenv func(string) string) (*Config, error) {
 	var root yaml.Node
@@ -212,22 +209,13 @@ func ParseConfig(name string, data []byte, getenv func(string) string) (*Config,
 	return &cfg, nil
 }
 
-// yamlErr rewrites yaml.v3's "line N: msg" errors as "file:N: msg".
+// yamlErr rewrites yaml.v3's errors as "file:N: msg" (yamlerr.Clean).
 func yamlErr(name string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		if m := yamlLine.FindStringSubmatch(te.Errors[0]); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			return &ConfigError{File: name, Line: n, Msg: m[2]}
-		}
-		return &ConfigError{File: name, Msg: te.Errors[0]}
+	var ye *yamlerr.Error
+	if errors.As(yamlerr.Clean(name, err), &ye) {
+		return &ConfigError{File: name, Line: ye.Line, Msg: ye.Msg}
 	}
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return &ConfigError{File: name, Line: n, Msg: m[2]}
-	}
-	return &ConfigError{File: name, Msg: msg}
+	return &ConfigError{File: name, Msg: err.Error()}
 }
 
 // lineOf finds the line of a field by path through mapping keys and sequence

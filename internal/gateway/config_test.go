@@ -12,8 +12,8 @@ func TestConfigErrorsNameFileLineField(t *testing.T) {
 	}{
 		{"empty", "", "gw.yaml: empty configuration"},
 		{"syntax", "backends: [\n", "gw.yaml:1: did not find expected node content"},
-		{"unknown field", "backends:\n  - name: a\n    url: http://127.0.0.1:1\n    weigth: 2\n", "gw.yaml:4: field weigth not found"},
-		{"type", "retry:\n  attempts: many\n", "gw.yaml:2: cannot unmarshal"},
+		{"unknown field", "backends:\n  - name: a\n    url: http://127.0.0.1:1\n    weigth: 2\n", `gw.yaml:4: unknown field "weigth"`},
+		{"type", "retry:\n  attempts: many\n", `gw.yaml:2: "many" is not a whole number`},
 		{"duration", "limits:\n  idle_stream_timeout: soon\n", `gw.yaml:2: "soon" is not a duration`},
 		{"no backends", "policy: random\n", "gw.yaml:1: backends: at least one backend is required"},
 		{"bad policy", "policy: fastest\nbackends:\n  - name: a\n    url: http://127.0.0.1:1\n", `gw.yaml:1: policy: unknown policy "fastest"`},

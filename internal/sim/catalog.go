@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ttft-dev/ttft/internal/yamlerr"
 )
 
 //go:embed catalog/*.yaml
@@ -180,7 +182,7 @@ func (c *Catalog) LoadFile(path string) error {
 	}
 	var part Catalog
 	if err := decodeYAML(b, &part); err != nil {
-		return fmt.Errorf("reading catalog %s: %w", path, err)
+		return fmt.Errorf("reading catalog %w", yamlerr.Clean(path, err))
 	}
 	for i, m := range part.Models {
 		if err := m.validate(); err != nil {

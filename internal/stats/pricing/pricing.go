@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ttft-dev/ttft/internal/yamlerr"
 )
 
 //go:embed prices.yaml
@@ -68,7 +70,7 @@ func Parse(r io.Reader, name string) (*List, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %w (want YAML with gpus: {name: usd_per_gpu_hour} and apis: {name: {input: usd_per_m, output: usd_per_m}}, or CSV kind,name,price,output)", name, err)
+		return nil, fmt.Errorf("%w (want YAML with gpus: {name: usd_per_gpu_hour} and apis: {name: {input: usd_per_m, output: usd_per_m}}, or CSV kind,name,price,output)", yamlerr.Clean(name, err))
 	}
 	l := &List{GPUs: map[string]float64{}, APIs: map[string]APIPrice{}}
 	for k, v := range raw.GPUs {
