@@ -110,7 +110,24 @@ HTTP on a loopback port: no GPU, keys or network needed.`,
 	for _, add := range commandConstructors {
 		root.AddCommand(add(env))
 	}
+	nameArgErrors(root)
 	return root
+}
+
+// nameArgErrors makes cobra's argument-count errors ("requires at least 1
+// arg(s)") say which command they are about and where its help is.
+func nameArgErrors(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageErr("%s: %v; usage: %s (see '%s --help')", strings.TrimPrefix(cmd.CommandPath(), "ttft "), err, cmd.UseLine(), cmd.CommandPath())
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		nameArgErrors(sub)
+	}
 }
 
 // commandConstructors lists every top-level command but version; each lives

@@ -78,3 +78,10 @@ func TestGatewayPortInUse(t *testing.T) {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 }
+
+func TestArgumentErrorsNameTheCommand(t *testing.T) {
+	code, _, stderr := runCLI(t, "compare")
+	if code != ExitUsage || !strings.HasPrefix(stderr, "ttft: compare: requires at least 1 arg") || !strings.Contains(stderr, "usage: ttft compare RUN") {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+}
