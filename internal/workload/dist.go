@@ -46,6 +46,9 @@ func (d Dist) Validate(what string) error {
 			return fmt.Errorf("%s: lognormal needs median >= 1 and sigma >= 0, got median %v sigma %v", what, d.Median, d.Sigma)
 		}
 	case "":
+		if d == (Dist{}) {
+			return fmt.Errorf("%s is required: a number of tokens, or {dist: uniform|normal|lognormal, ...}", what)
+		}
 		return fmt.Errorf("%s: missing dist (fixed, uniform, normal or lognormal)", what)
 	default:
 		return fmt.Errorf("%s: unknown dist %q (want fixed, uniform, normal or lognormal)", what, d.Kind)

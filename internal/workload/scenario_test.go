@@ -88,6 +88,7 @@ func TestParseScenarioErrorsNameFileLineField(t *testing.T) {
 		{"bad dist", "name: x\nprompt_tokens: {dist: weird}\noutput_tokens: 1\n", "f.yaml:2: prompt_tokens: unknown dist \"weird\""},
 		{"bad uniform", "name: x\nprompt_tokens: 1\noutput_tokens: {dist: uniform, min: 5, max: 2}\n", "f.yaml:3: output_tokens: uniform needs"},
 		{"missing name", "prompt_tokens: 1\noutput_tokens: 1\n", "f.yaml:1: name is required"},
+		{"missing prompt_tokens", "name: x\noutput_tokens: 1\n", "prompt_tokens is required: a number of tokens"},
 		{"bad prefix field", "name: x\nprompt_tokens: 1\noutput_tokens: 1\nprefix:\n  groups: 2\n  tokenz: 3\n", "f.yaml:6: unknown field \"tokenz\""},
 		{"not yaml", "name: [x\n", "f.yaml:"},
 		{"not mapping", "- 1\n", "a scenario is a YAML mapping"},
