@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,5 +84,17 @@ func TestArgumentErrorsNameTheCommand(t *testing.T) {
 	code, _, stderr := runCLI(t, "compare")
 	if code != ExitUsage || !strings.HasPrefix(stderr, "ttft: compare: requires at least 1 arg") || !strings.Contains(stderr, "usage: ttft compare RUN") {
 		t.Fatalf("exit %d, %q", code, stderr)
+	}
+}
+
+func TestDatasetDropsAreReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sg.json")
+	body := `[{"conversations":[{"from":"gpt","value":"x"}]},{"conversations":[{"from":"human","value":"hello there"},{"from":"gpt","value":"hi"}]}]`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "bench", "--dataset", path, "-n", "1", "--no-store", "--no-progress", "--out", t.TempDir())
+	if code != 0 || !strings.Contains(stderr, "dropped 1 record(s)") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }

@@ -165,6 +165,9 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 		if err != nil {
 			return nil, nil, nil, usageErr("--dataset: %v", err)
 		}
+		if ds.Unusable > 0 {
+			fmt.Fprintf(env.Stderr, "ttft: dropped %d record(s) of %s with nothing to send (e.g. a conversation without a human turn)\n", ds.Unusable, ds.File)
+		}
 		if n := len(ds.Skipped); n > 0 {
 			fmt.Fprintf(env.Stderr, "ttft: skipped %d malformed record(s) in %s; first: %v\n", n, ds.File, ds.Skipped[0])
 		}
