@@ -462,3 +462,57 @@ func FuzzServerRequest(f *testing.F) {
 		}
 	})
 }
+
+// A client that hangs up while its request waits for the backend's first
+// token has the backend request cancelled (the backend sees its
+// connection close), freeing the backend's slot — with the gateway's own
+// server as with net/http's.
+func TestClientHangUpCancelsBackendRequest(t *testing.T) {
+	canceled := make(chan time.Duration, 1)
+	backend := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"data":[]}`)
+			return
+		}
+		// Read the body first: Go's server watches for a hang-up only
+		// once it has been read (as engines do before they queue).
+		io.Copy(io.Discard, r.Body)
+		t0 := time.Now()
+		select {
+		case <-r.Context().Done():
+			canceled <- time.Since(t0)
+		case <-time.After(10 * time.Second):
+			canceled <- -1
+		}
+	}))
+	for _, server := range []string{"ttft", "net/http"} {
+		t.Run(server, func(t *testing.T) {
+			cfg := Config{Policy: "round-robin", Backends: []BackendConfig{{Name: "b", URL: backend, Models: []string{"m"}}}}
+			cfg.Health.Disabled = true
+			_, url := startGateway(t, cfg, Options{HTTPServer: server})
+			c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := chatBody("m", true, "x")
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			time.Sleep(200 * time.Millisecond)
+			c.Close()
+			if d := <-canceled; d < 0 {
+				t.Fatal("the backend request outlived the client by 10 s")
+			}
+		})
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
