@@ -152,3 +152,37 @@ func TestModelsLearntFromBackends(t *testing.T) {
 		t.Fatalf("models %v, want the backend's m and the configured z-configured", ids)
 	}
 }
+
+// Headers named in a Connection header are hop-by-hop and go no further,
+// in either direction.
+func TestConnectionTokensNotForwarded(t *testing.T) {
+	var seen http.Header
+	backend := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"data":[]}`)
+			return
+		}
+		seen = r.Header.Clone()
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Connection", "X-Back-Hop")
+		w.Header().Set("X-Back-Hop", "1")
+		w.Header().Set("X-Kept", "1")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"chat.completion","choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
+	}))
+	cfg := Config{Policy: "round-robin", Backends: []BackendConfig{{Name: "b", URL: backend, Models: []string{"m"}}}}
+	cfg.Health.Disabled = true
+	_, url := startGateway(t, cfg, Options{})
+	resp := post(t, url, "/v1/chat/completions", chatBody("m", false, "x"), map[string]string{"Connection": "X-Hop", "X-Hop": "secret", "X-End": "1"})
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || seen == nil {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if seen.Get("X-Hop") != "" || seen.Get("X-End") != "1" {
+		t.Errorf("backend saw X-Hop %q, X-End %q: want the hop-by-hop one dropped, the end-to-end one kept", seen.Get("X-Hop"), seen.Get("X-End"))
+	}
+	if resp.Header.Get("X-Back-Hop") != "" || resp.Header.Get("X-Kept") != "1" {
+		t.Errorf("client saw X-Back-Hop %q, X-Kept %q", resp.Header.Get("X-Back-Hop"), resp.Header.Get("X-Kept"))
+	}
+}

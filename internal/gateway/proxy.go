@@ -419,6 +419,19 @@ var notForwarded = func() map[string]bool {
 	return m
 }()
 
+// dropConnectionTokens removes from h the headers that from's Connection
+// header names: they are hop-by-hop too (RFC 9110 §7.6.1), e.g. the
+// HTTP2-Settings of a client offering an h2c upgrade.
+func dropConnectionTokens(h, from http.Header) {
+	for _, v := range from["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" {
+				h.Del(tok)
+			}
+		}
+	}
+}
+
 func (g *Gateway) setBackendAuth(h http.Header, u *upstream) {
 	if u.cfg.apiKey == "" {
 		return
@@ -499,6 +512,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			out.Header[k] = vs
 		}
 	}
+	dropConnectionTokens(out.Header, r.Header)
 	out.ContentLength = int64(len(body))
 	if crossing {
 		if backendAnthropic {
@@ -608,6 +622,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	for k, vs := range resp.Header {
 		hdr[k] = vs
 	}
+	dropConnectionTokens(hdr, resp.Header)
 	for _, k := range hopHeaders {
 		hdr.Del(k)
 	}
