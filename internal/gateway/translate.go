@@ -26,6 +26,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ttft-dev/ttft/internal/jsonscan"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // API names as the gateway uses them.
@@ -959,6 +962,12 @@ type streamTranslator struct {
 
 	// Anthropic → OpenAI.
 	sentFinish bool
+
+	// Per-token fast paths (OpenAI backend): the usual chunk is read
+	// without encoding/json.
+	fast   wire.FastOpenAIChunk
+	chunk  wire.Chunk
+	noFast bool // tests: the full path only, to compare with the fast one
 }
 
 const (
@@ -1164,6 +1173,19 @@ func (t *streamTranslator) openAIToAnthropic(dst []byte, name string, data []byt
 		msg, code := errorMessage(data)
 		return t.failAnthropic(dst, code, msg)
 	}
+	if t.started && name == "" && !t.noFast && t.fast.Decode(data, &t.chunk) {
+		// A plain token chunk (no role, finish, usage or error: those take
+		// the full path below).
+		if c := &t.chunk; !c.Role && c.Finish == "" && c.Usage == nil && c.Err == "" && c.ToolArgs == "" && c.Timings == nil {
+			if c.Reasoning != "" {
+				dst = t.anthropicDelta(dst, blockThinking, c.Reasoning)
+			}
+			if c.Content != "" {
+				dst = t.anthropicDelta(dst, blockText, c.Content)
+			}
+			return dst
+		}
+	}
 	var c openAIChunkIn
 	if err := json.Unmarshal(data, &c); err != nil {
 		return t.failAnthropic(dst, 0, "malformed event from the OpenAI backend: "+err.Error())
@@ -1231,11 +1253,19 @@ func (t *streamTranslator) anthropicDelta(dst []byte, kind int, text string) []b
 		}
 		dst = appendSSE(dst, "content_block_start", anthBlockStartEvent{Type: "content_block_start", Index: t.blockIndex, ContentBlock: b})
 	}
-	d := anthDelta{Type: "text_delta", Text: &text}
+	// The per-token event, written directly: the bytes encoding/json would
+	// give (marshalJSON: no HTML escaping), without its reflection and
+	// allocations on every token.
+	dst = append(dst, `event: content_block_delta
+data: {"type":"content_block_delta","index":`...)
+	dst = strconv.AppendInt(dst, int64(t.blockIndex), 10)
 	if kind == blockThinking {
-		d = anthDelta{Type: "thinking_delta", Thinking: &text}
+		dst = append(dst, `,"delta":{"type":"thinking_delta","thinking":`...)
+	} else {
+		dst = append(dst, `,"delta":{"type":"text_delta","text":`...)
 	}
-	return appendSSE(dst, "content_block_delta", anthBlockDeltaEvent{Type: "content_block_delta", Index: t.blockIndex, Delta: d})
+	dst = appendJSONString(dst, text)
+	return append(dst, "}}\n\n"...)
 }
 
 func (t *streamTranslator) closeBlock(dst []byte) []byte {
@@ -1330,6 +1360,14 @@ func (t *streamTranslator) anthropicToOpenAI(dst []byte, name string, data []byt
 	if len(data) == 0 {
 		return dst
 	}
+	if t.started && !t.noFast {
+		if thinking, text, ok := fastAnthropicDelta(data); ok {
+			if thinking {
+				return t.openAIDelta(dst, "", text)
+			}
+			return t.openAIDelta(dst, text, "")
+		}
+	}
 	var e anthropicEventIn
 	if err := json.Unmarshal(data, &e); err != nil {
 		return t.failOpenAI(dst, "upstream_error", "malformed event from the Anthropic backend: "+err.Error())
@@ -1422,6 +1460,24 @@ func (t *streamTranslator) openAIDelta(dst []byte, text, reasoning string) []byt
 	if text == "" && reasoning == "" {
 		return dst
 	}
+	if reasoning == "" || text == "" {
+		// The per-token chunk, written directly: the bytes appendChunk's
+		// encoding/json would give, without its cost on every token.
+		dst = append(dst, `data: {"id":`...)
+		dst = appendJSONString(dst, t.id)
+		dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
+		dst = strconv.AppendInt(dst, t.created, 10)
+		dst = append(dst, `,"model":`...)
+		dst = appendJSONString(dst, t.model)
+		if text != "" {
+			dst = append(dst, `,"choices":[{"index":0,"delta":{"content":`...)
+			dst = appendJSONString(dst, text)
+		} else {
+			dst = append(dst, `,"choices":[{"index":0,"delta":{"reasoning_content":`...)
+			dst = appendJSONString(dst, reasoning)
+		}
+		return append(dst, "},\"finish_reason\":null}]}\n\n"...)
+	}
 	var d openAIDeltaOut
 	if text != "" {
 		d.Content = &text
@@ -1484,4 +1540,52 @@ func anthropicErrorStatus(typ string) int {
 		return 529
 	}
 	return 500
+}
+
+// fastAnthropicDelta reads the per-token event of an Anthropic stream,
+// {"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"..."}}
+// (or a thinking_delta), in any key order, as encoding/json would, and
+// reports false for anything else — which the full decoder then reads.
+func fastAnthropicDelta(data []byte) (thinking bool, text string, ok bool) {
+	s := jsonscan.New(data)
+	var typ, dtyp []byte
+	field := "" // "text" or "thinking": which delta field held the text
+	ok = s.Object(func(key []byte) bool {
+		var ok bool
+		switch {
+		case jsonscan.KeyIs(key, "type"):
+			typ, ok = s.PlainBytes()
+			return ok
+		case jsonscan.KeyIs(key, "index"):
+			_, ok = s.Number()
+			return ok
+		case jsonscan.KeyIs(key, "delta"):
+			return field == "" && s.Object(func(k []byte) bool {
+				var ok bool
+				switch {
+				case jsonscan.KeyIs(k, "type"):
+					dtyp, ok = s.PlainBytes()
+					return ok
+				case field == "" && jsonscan.KeyIs(k, "text"):
+					field = "text"
+				case field == "" && jsonscan.KeyIs(k, "thinking"):
+					field = "thinking"
+				default:
+					return false
+				}
+				text, ok = s.Str()
+				return ok
+			})
+		}
+		return false
+	}) && s.End()
+	switch {
+	case !ok || string(typ) != "content_block_delta":
+		return false, "", false
+	case field == "text" && string(dtyp) == "text_delta":
+		return false, text, true
+	case field == "thinking" && string(dtyp) == "thinking_delta":
+		return true, text, true
+	}
+	return false, "", false
 }

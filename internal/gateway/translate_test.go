@@ -911,3 +911,44 @@ func BenchmarkSplitClassify(b *testing.B) {
 		b.Fatal("no token")
 	}
 }
+
+// FuzzTranslateFastPath: the per-token fast paths give byte for byte what
+// the full encoding/json path gives, or step aside.
+func FuzzTranslateFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" hi"},"finish_reason":null}]}`,
+		`{"choices":[{"delta":{"reasoning_content":"hm","content":"x"}}]}`,
+		`{"choices":[{"delta":{"content":"a\"b\\u00e9\n<&>"}}]}`,
+		`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}],"usage":null}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
+		`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm \ud83d\ude00"}}`,
+		`{"delta":{"text":"x","type":"text_delta"},"TYPE":"content_block_delta"}`,
+		`{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}`,
+	} {
+		f.Add(s)
+	}
+	starts := map[string]string{
+		apiOpenAI:    `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n",
+		apiAnthropic: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\n",
+	}
+	fixedClock(f)
+	f.Fuzz(func(t *testing.T, data string) {
+		if strings.ContainsAny(data, "\r\n") {
+			return // one data line: the framing is splitEvents' business
+		}
+		for from, start := range starts {
+			to := otherAPI(from)
+			fast, slow := newStreamTranslator(from, to, "m"), newStreamTranslator(from, to, "m")
+			slow.noFast = true
+			ev := []byte("data: " + data + "\n\n")
+			if from == apiAnthropic {
+				ev = []byte("event: content_block_delta\ndata: " + data + "\n\n")
+			}
+			a := fast.Event(fast.Event(nil, []byte(start)), ev)
+			b := slow.Event(slow.Event(nil, []byte(start)), ev)
+			if !bytes.Equal(a, b) {
+				t.Fatalf("%s→%s on %q:\nfast %q\nfull %q", from, to, data, a, b)
+			}
+		}
+	})
+}

@@ -141,3 +141,14 @@ func (s *chunkScanner) stringOrNull() (string, bool) {
 	}
 	return s.PlainString()
 }
+
+// FastOpenAIChunk is an OpenAI-chat decoder's fast path on its own, for
+// callers with their own full decoder (the gateway's stream translator):
+// Decode reads the usual token chunk into c and reports false, without
+// falling back, for any other shape. Not for concurrent use.
+type FastOpenAIChunk struct{ d openAIDecoder }
+
+func (f *FastOpenAIChunk) Decode(data []byte, c *Chunk) bool {
+	*c = Chunk{}
+	return fastOpenAI(data, c, &f.d)
+}
