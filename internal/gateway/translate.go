@@ -40,9 +40,6 @@ const apiOpenAI, apiAnthropic = "openai", "anthropic"
 // runaway answer hold a slot for the whole context.
 const defaultAnthropicMaxTokens = 4096
 
-// translateNow is the clock for "created" fields; tests fix it.
-var translateNow = time.Now
-
 func checkAPIs(from, to string) error {
 	for _, a := range [2]string{from, to} {
 		if a != apiOpenAI && a != apiAnthropic {
@@ -503,6 +500,12 @@ func openAIText(raw json.RawMessage, field string) (string, error) {
 // (chat.completion object <-> message object), from the backend's API to
 // the client's. An answer already in the client's API is returned as is.
 func translateResponse(body []byte, from, to string) ([]byte, error) {
+	return translateResponseAt(body, from, to, time.Now())
+}
+
+// translateResponseAt is translateResponse with the time for OpenAI's
+// "created" field.
+func translateResponseAt(body []byte, from, to string, now time.Time) ([]byte, error) {
 	if err := checkAPIs(from, to); err != nil {
 		return nil, err
 	}
@@ -512,7 +515,7 @@ func translateResponse(body []byte, from, to string) ([]byte, error) {
 	case from == apiOpenAI:
 		return openAIToAnthropicResponse(body)
 	default:
-		return anthropicToOpenAIResponse(body)
+		return anthropicToOpenAIResponse(body, now)
 	}
 }
 
@@ -724,7 +727,7 @@ type openAICompletionOut struct {
 	Usage *openAIUsageOut `json:"usage,omitempty"`
 }
 
-func anthropicToOpenAIResponse(body []byte) ([]byte, error) {
+func anthropicToOpenAIResponse(body []byte, now time.Time) ([]byte, error) {
 	var in anthropicMessageIn
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("decoding Anthropic message: %w", err)
@@ -743,7 +746,7 @@ func anthropicToOpenAIResponse(body []byte) ([]byte, error) {
 	}
 	out := openAICompletionOut{
 		ID: withPrefix(in.ID, "chatcmpl-"), Object: "chat.completion",
-		Created: translateNow().Unix(), Model: in.Model,
+		Created: now.Unix(), Model: in.Model,
 	}
 	out.Choices = make([]struct {
 		Index   int `json:"index"`
@@ -967,7 +970,8 @@ type streamTranslator struct {
 	// without encoding/json.
 	fast   wire.FastOpenAIChunk
 	chunk  wire.Chunk
-	noFast bool // tests: the full path only, to compare with the fast one
+	noFast bool             // tests: the full path only, to compare with the fast one
+	now    func() time.Time // for OpenAI's "created" field
 }
 
 const (
@@ -980,7 +984,7 @@ const (
 // client's. model names the model in the client's events until the
 // backend names one itself. With from == to events pass unchanged.
 func newStreamTranslator(from, to, model string) *streamTranslator {
-	return &streamTranslator{from: from, to: to, model: model}
+	return &streamTranslator{from: from, to: to, model: model, now: time.Now}
 }
 
 // Done reports whether the client's stream has been properly ended (after
@@ -1451,7 +1455,7 @@ func (t *streamTranslator) startOpenAI(dst []byte, id, model string) []byte {
 	if model != "" {
 		t.model = model
 	}
-	t.created = translateNow().Unix()
+	t.created = t.now().Unix()
 	empty := ""
 	return t.appendChunk(dst, openAIDeltaOut{Role: "assistant", Content: &empty}, nil, nil)
 }

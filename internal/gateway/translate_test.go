@@ -21,11 +21,14 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// fixedClock makes "created" fields deterministic for one test.
-func fixedClock(t testing.TB) {
-	old := translateNow
-	translateNow = func() time.Time { return time.Unix(1735689600, 0) }
-	t.Cleanup(func() { translateNow = old })
+// fixedNow makes "created" fields deterministic in goldens.
+var fixedNow = time.Unix(1735689600, 0)
+
+// fixedTranslator is newStreamTranslator on fixedNow's clock.
+func fixedTranslator(from, to, model string) *streamTranslator {
+	tr := newStreamTranslator(from, to, model)
+	tr.now = func() time.Time { return fixedNow }
+	return tr
 }
 
 // jsonEqual compares two JSON documents by value.
@@ -175,7 +178,6 @@ func TestTranslateRequest(t *testing.T) {
 }
 
 func TestTranslateResponse(t *testing.T) {
-	fixedClock(t)
 	tests := []struct {
 		name     string
 		from, to string
@@ -227,7 +229,7 @@ func TestTranslateResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := translateResponse([]byte(tt.in), tt.from, tt.to)
+			got, err := translateResponseAt([]byte(tt.in), tt.from, tt.to, fixedNow)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -366,7 +368,6 @@ func wireAPI(api string) wire.API {
 }
 
 func TestTranslateStreamGolden(t *testing.T) {
-	fixedClock(t)
 	tests := []struct {
 		fixture  string // under internal/
 		from, to string
@@ -393,7 +394,7 @@ func TestTranslateStreamGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr := newStreamTranslator(tt.from, tt.to, "client-model")
+			tr := fixedTranslator(tt.from, tt.to, "client-model")
 			out := translateAll(tr, in)
 			checkSSE(t, out, tt.to)
 			golden := filepath.Join("testdata", "translate", name+".golden")
@@ -431,15 +432,14 @@ func TestTranslateStreamGolden(t *testing.T) {
 
 // The same stream with LF, CRLF or CR line ends translates identically.
 func TestTranslateStreamLineEnds(t *testing.T) {
-	fixedClock(t)
 	in, err := os.ReadFile("testdata/translate/anthropic-thinking.sse")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lf := translateAll(newStreamTranslator(apiAnthropic, apiOpenAI, ""), in)
+	lf := translateAll(fixedTranslator(apiAnthropic, apiOpenAI, ""), in)
 	for _, nl := range []string{"\r\n", "\r"} {
 		other := bytes.ReplaceAll(in, []byte("\n"), []byte(nl))
-		got := translateAll(newStreamTranslator(apiAnthropic, apiOpenAI, ""), other)
+		got := translateAll(fixedTranslator(apiAnthropic, apiOpenAI, ""), other)
 		if !bytes.Equal(got, lf) {
 			t.Errorf("line end %q: output differs:\n%s", nl, got)
 		}
@@ -447,9 +447,8 @@ func TestTranslateStreamLineEnds(t *testing.T) {
 }
 
 func TestTranslateStreamEdges(t *testing.T) {
-	fixedClock(t)
 	t.Run("openai [DONE] alone still makes a complete Anthropic stream", func(t *testing.T) {
-		tr := newStreamTranslator(apiOpenAI, apiAnthropic, "client-model")
+		tr := fixedTranslator(apiOpenAI, apiAnthropic, "client-model")
 		out := translateAll(tr, []byte(": keep-alive\n\ndata: [DONE]\n\n"))
 		checkSSE(t, out, apiAnthropic)
 		d := decodeStream(t, wire.Anthropic, out)
@@ -458,7 +457,7 @@ func TestTranslateStreamEdges(t *testing.T) {
 		}
 	})
 	t.Run("thinking after text opens a new block", func(t *testing.T) {
-		tr := newStreamTranslator(apiOpenAI, apiAnthropic, "")
+		tr := fixedTranslator(apiOpenAI, apiAnthropic, "")
 		in := `data: {"id":"a","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}` + "\n\n" +
 			`data: {"id":"a","model":"m","choices":[{"index":0,"delta":{"reasoning":"r"}}]}` + "\n\n" +
 			`data: {"id":"a","model":"m","choices":[{"index":0,"delta":{"content":"y"},"finish_reason":"stop","stop_reason":"END"}]}` + "\n\n" +
@@ -473,7 +472,7 @@ func TestTranslateStreamEdges(t *testing.T) {
 		}
 	})
 	t.Run("openai malformed chunk ends with an Anthropic error", func(t *testing.T) {
-		tr := newStreamTranslator(apiOpenAI, apiAnthropic, "")
+		tr := fixedTranslator(apiOpenAI, apiAnthropic, "")
 		out := translateAll(tr, []byte("data: {\"choices\":[\n\ndata: [DONE]\n\n"))
 		checkSSE(t, out, apiAnthropic)
 		if d := decodeStream(t, wire.Anthropic, out); d.Err == "" || d.Done || tr.Done() {
@@ -481,7 +480,7 @@ func TestTranslateStreamEdges(t *testing.T) {
 		}
 	})
 	t.Run("anthropic message_stop without message_delta still finishes", func(t *testing.T) {
-		tr := newStreamTranslator(apiAnthropic, apiOpenAI, "client-model")
+		tr := fixedTranslator(apiAnthropic, apiOpenAI, "client-model")
 		out := translateAll(tr, []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
 		checkSSE(t, out, apiOpenAI)
 		d := decodeStream(t, wire.OpenAIChat, out)
@@ -490,7 +489,7 @@ func TestTranslateStreamEdges(t *testing.T) {
 		}
 	})
 	t.Run("same API passes through", func(t *testing.T) {
-		tr := newStreamTranslator(apiOpenAI, apiOpenAI, "")
+		tr := fixedTranslator(apiOpenAI, apiOpenAI, "")
 		in := []byte("data: {\"x\":1}\n\ndata: [DONE]\n\n")
 		if out := translateAll(tr, in); !bytes.Equal(out, in) || !tr.Done() {
 			t.Errorf("got %q, done %v", out, tr.Done())
@@ -638,7 +637,7 @@ func TestTranslateStreamProperty(t *testing.T) {
 		if fromAnthropic {
 			from, to = to, from
 		}
-		tr := newStreamTranslator(from, to, "m")
+		tr := fixedTranslator(from, to, "m")
 		out := translateAll(tr, []byte(in.String()))
 		checkSSE(t, out, to)
 		d := decodeStream(t, wireAPI(to), out)
@@ -737,7 +736,7 @@ func FuzzTranslateStream(f *testing.F) {
 		if fromAnthropic {
 			from, to = to, from
 		}
-		tr := newStreamTranslator(from, to, "m")
+		tr := fixedTranslator(from, to, "m")
 		var out []byte
 		doneAt := -1
 		splitEvents(in, func(ev []byte) {
@@ -753,7 +752,7 @@ func FuzzTranslateStream(f *testing.F) {
 		checkSSE(t, out, to)
 		// Bytes that are not one event (the contract's violation) still
 		// make well-formed output.
-		checkSSE(t, newStreamTranslator(from, to, "m").Event(nil, in), to)
+		checkSSE(t, fixedTranslator(from, to, "m").Event(nil, in), to)
 		if tr.Done() {
 			// A properly ended stream decodes, and ends, for ttft's client.
 			if d := decodeStream(t, wireAPI(to), out); !d.Done {
@@ -878,7 +877,7 @@ func BenchmarkTranslateStream(b *testing.B) {
 		{"anthropic-to-openai", apiAnthropic, apiOpenAI, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" token\"}}\n\n"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			tr := newStreamTranslator(tc.from, tc.to, "m")
+			tr := fixedTranslator(tc.from, tc.to, "m")
 			start := "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
 			if tc.from == apiAnthropic {
 				start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n"
@@ -931,14 +930,13 @@ func FuzzTranslateFastPath(f *testing.F) {
 		apiOpenAI:    `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n",
 		apiAnthropic: "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\n",
 	}
-	fixedClock(f)
 	f.Fuzz(func(t *testing.T, data string) {
 		if strings.ContainsAny(data, "\r\n") {
 			return // one data line: the framing is splitEvents' business
 		}
 		for from, start := range starts {
 			to := otherAPI(from)
-			fast, slow := newStreamTranslator(from, to, "m"), newStreamTranslator(from, to, "m")
+			fast, slow := fixedTranslator(from, to, "m"), fixedTranslator(from, to, "m")
 			slow.noFast = true
 			ev := []byte("data: " + data + "\n\n")
 			if from == apiAnthropic {
