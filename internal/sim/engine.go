@@ -106,6 +106,9 @@ type Engine struct {
 	// words tokenises replies for the output blocks' hashes (nil: the
 	// default tokenizer's).
 	words *wordTokens
+	// noOutputCache caches prompt blocks only (the simulator before output
+	// caching), for tests that compare the two.
+	noOutputCache bool
 }
 
 type sched struct {
@@ -165,7 +168,7 @@ func (e *Engine) HasWork() bool { return len(e.running) > 0 || e.NumWaiting() > 
 // prompt never shares a prefix.
 func (e *Engine) NewSeq(promptLen, maxTokens int, tokens []int) (*Seq, error) {
 	e.nextID++
-	return newSeq(e.d, e.nextID, promptLen, maxTokens, tokens, e.words)
+	return newSeq(e.d, e.nextID, promptLen, maxTokens, tokens, e.words, !e.noOutputCache)
 }
 
 // SetOutputTokenizer names the tokenizer a session source re-tokenises
@@ -188,10 +191,10 @@ func (e *Engine) SetOutputTokenizer(tok workload.Tokenizer) {
 // as token IDs carries (workload.Sessions). A driver whose next turn forms
 // its prompt otherwise resets the chain (Server does).
 func NewSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int) (*Seq, error) {
-	return newSeq(d, id, promptLen, maxTokens, tokens, nil)
+	return newSeq(d, id, promptLen, maxTokens, tokens, nil, true)
 }
 
-func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, words *wordTokens) (*Seq, error) {
+func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, words *wordTokens, cacheOutput bool) (*Seq, error) {
 	if promptLen <= 0 {
 		return nil, fmt.Errorf("prompt must have at least one token")
 	}
@@ -212,7 +215,9 @@ func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, wo
 			if words == nil {
 				words = defaultWordTokens()
 			}
-			s.setChain(tokens[:promptLen], s.hashes, words, d.BlockSize)
+			if cacheOutput {
+				s.setChain(tokens[:promptLen], s.hashes, words, d.BlockSize)
+			}
 		} else {
 			// Unknown tokens never share a prefix, so no later prompt
 			// could reach blocks chained after them: output stays uncached.

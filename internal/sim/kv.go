@@ -281,10 +281,6 @@ func hashBlock(parent uint64, block []int) uint64 {
 	return h
 }
 
-// cacheOutputBlocks is always on in the product; tests turn it off to
-// compare with prompt-only caching (the simulator before output caching).
-var cacheOutputBlocks = true
-
 // outChain continues a sequence's hash chain past its prompt over the
 // tokens its conversation's next turn will send in their place: the prompt
 // (as the next turn tokenises it, base) followed by the reply, re-tokenised.
@@ -308,7 +304,7 @@ type outChain struct {
 func (s *Seq) setChain(base []int, hs []uint64, words *wordTokens, blockSize int) {
 	s.chain = nil
 	s.hashes = s.hashes[:s.promptBlocks]
-	if !cacheOutputBlocks || words == nil || len(base) < s.promptBlocks*blockSize {
+	if words == nil || len(base) < s.promptBlocks*blockSize {
 		return
 	}
 	if hs == nil {

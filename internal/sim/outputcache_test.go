@@ -49,6 +49,7 @@ func TestOutputWordsRoundTrip(t *testing.T) {
 type convSpec struct {
 	convs, turns, maxOut int
 	single               bool // turns are unrelated prompts (no history)
+	noOutputCache        bool // prompt blocks only (Engine.noOutputCache)
 }
 
 // convRun drives an engine directly with multi-turn conversations shaped as
@@ -60,6 +61,7 @@ func convRun(t *testing.T, d *Deployment, seed uint64, spec convSpec, check func
 	t.Helper()
 	tok := workload.DefaultTokenizer()
 	e = NewEngine(d)
+	e.noOutputCache = spec.noOutputCache
 	// Each conversation draws from its own stream, so that runs whose
 	// timings differ (caching on and off) still send the same lengths.
 	type conv struct {
@@ -151,12 +153,11 @@ func checkChainKV(t *testing.T, e *Engine) {
 	}
 }
 
-// withOutputCaching runs f with output caching on or off.
-func withOutputCaching(on bool, f func()) {
-	old := cacheOutputBlocks
-	cacheOutputBlocks = on
-	defer func() { cacheOutputBlocks = old }()
-	f()
+// withoutOutputCache is spec run on an engine that caches prompt blocks
+// only.
+func withoutOutputCache(spec convSpec) convSpec {
+	spec.noOutputCache = true
+	return spec
 }
 
 // TestOutputCachingProperties (fixed seeds): on conversations with a KV
@@ -174,8 +175,8 @@ func TestOutputCachingProperties(t *testing.T) {
 			spec := convSpec{convs: 6, turns: 5, maxOut: 120}
 			var on, off [][]int
 			check := func(e *Engine) { checkChainKV(t, e) }
-			withOutputCaching(true, func() { on, _, _ = convRun(t, d, seed, spec, check) })
-			withOutputCaching(false, func() { off, _, _ = convRun(t, d, seed, spec, check) })
+			on, _, _ = convRun(t, d, seed, spec, check)
+			off, _, _ = convRun(t, d, seed, withoutOutputCache(spec), check)
 			more := 0
 			for c := range on {
 				if len(on[c]) != len(off[c]) {
@@ -206,12 +207,10 @@ func TestOutputCachingProperties(t *testing.T) {
 			var sOn, sOff [][]int
 			var eOn, eOff []time.Duration
 			var pre int64
-			withOutputCaching(true, func() {
-				var e *Engine
-				sOn, eOn, e = convRun(t, ds, seed, single, check)
-				pre = e.Stats().Preemptions
-			})
-			withOutputCaching(false, func() { sOff, eOff, _ = convRun(t, ds, seed, single, check) })
+			var e *Engine
+			sOn, eOn, e = convRun(t, ds, seed, single, check)
+			pre = e.Stats().Preemptions
+			sOff, eOff, _ = convRun(t, ds, seed, withoutOutputCache(single), check)
 			if !slices.Equal(eOn, eOff) {
 				t.Errorf("single-turn step times differ with output caching (%d vs %d steps)", len(eOn), len(eOff))
 			}
