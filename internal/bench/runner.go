@@ -30,7 +30,9 @@ type Options struct {
 
 	// Closed loop: Concurrency workers each send the next request when their
 	// previous one ends. Open loop: Rate > 0 requests per second from the
-	// Arrival process, at most MaxConcurrency in flight (0 = unbounded).
+	// Arrival process, or the times of a source that owns its schedule
+	// (workload.ScheduledSource), at most MaxConcurrency in flight
+	// (0 = unbounded).
 	Concurrency    int
 	Rate           float64
 	Arrival        string
@@ -128,14 +130,13 @@ func New(opt Options) (*Runner, error) {
 		r.recs = make([]record.Record, 0, n)
 	}
 	r.client = opt.Client
-	if r.client == nil {
-		t := NewTransport(max(opt.Concurrency, opt.MaxConcurrency, 64))
-		if opt.Rate <= 0 {
-			ClosedLoop(t, opt.Concurrency)
-		}
-		r.client = &http.Client{Transport: t}
-	}
 	return r, nil
+}
+
+// isOpenLoop reports whether a run of src is sent on a schedule: --rate, or a
+// source that owns its schedule (a scenario's arrival process, a trace).
+func (r *Runner) isOpenLoop(src workload.Source) bool {
+	return r.opt.Rate > 0 || workload.OwnsSchedule(src)
 }
 
 // NewTransport is an HTTP transport that keeps a pooled keep-alive connection
@@ -174,6 +175,14 @@ func (r *Runner) Progress() *Progress { return r.progress }
 func (r *Runner) Run(ctx context.Context, src workload.Source) (Result, error) {
 	start := r.now()
 	r.feedback, _ = src.(workload.FeedbackSource)
+	open := r.isOpenLoop(src)
+	if r.client == nil {
+		t := NewTransport(max(r.opt.Concurrency, r.opt.MaxConcurrency, 64))
+		if !open {
+			ClosedLoop(t, r.opt.Concurrency)
+		}
+		r.client = &http.Client{Transport: t}
+	}
 	if r.opt.Warmup > 0 {
 		wctx, cancel := context.WithCancel(ctx)
 		err := r.closedLoop(wctx, src, min(max(r.opt.Concurrency, 1), r.opt.Warmup), r.opt.Warmup, 0, true)
@@ -185,7 +194,7 @@ func (r *Runner) Run(ctx context.Context, src workload.Source) (Result, error) {
 	var err error
 	if ctx.Err() == nil {
 		r.progress.begin(r.opt.Requests, r.now())
-		if r.opt.Rate > 0 {
+		if open {
 			err = r.openLoop(ctx, src)
 		} else {
 			err = r.closedLoop(ctx, src, r.opt.Concurrency, r.opt.Requests, r.opt.Duration, false)
@@ -279,12 +288,18 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 
 // openLoop sends on a schedule of intended times regardless of responses,
 // so slow responses cannot thin the load (no coordinated omission). Each
-// record keeps its intended time; lateness shows as schedule lag.
+// record keeps its intended time; lateness shows as schedule lag. The times
+// come from the source (At) or else from the Rate's arrival process; a
+// request with neither is due at once.
 func (r *Runner) openLoop(ctx context.Context, src workload.Source) error {
-	arr, err := workload.NewArrivals(r.opt.Arrival, r.opt.Rate, r.opt.Burstiness, r.opt.Seed)
-	if err != nil {
-		return err
+	var arr *workload.Arrivals
+	if r.opt.Rate > 0 {
+		var err error
+		if arr, err = workload.NewArrivals(r.opt.Arrival, r.opt.Rate, r.opt.Burstiness, r.opt.Seed); err != nil {
+			return err
+		}
 	}
+	var err error
 	dctx := ctx
 	if r.opt.Duration > 0 {
 		var cancel context.CancelFunc
@@ -311,10 +326,13 @@ func (r *Runner) openLoop(ctx context.Context, src workload.Source) error {
 			break
 		}
 		intended := next
-		if req.HasAt {
+		switch {
+		case req.HasAt:
 			intended = start.Add(req.At)
-		} else {
+		case arr != nil:
 			next = next.Add(arr.Next())
+		default:
+			intended = r.now()
 		}
 		if !sleepUntil(dctx, intended, r.now) {
 			break

@@ -217,7 +217,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		return record.Summary{}, err
 	}
 	transport := bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64))
-	if o.load.Rate <= 0 {
+	if !o.load.openLoop(src) {
 		bench.ClosedLoop(transport, o.load.Concurrency)
 	}
 	if o.Insecure {
@@ -238,7 +238,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		return record.Summary{}, usageErr("%v", err)
 	}
 	if !o.Quiet {
-		fmt.Fprintf(env.Stderr, "ttft bench: %s, model %s, %s; results in %s\n", tgt.label, tgt.model, loadLine(&o.load), out)
+		fmt.Fprintf(env.Stderr, "ttft bench: %s, model %s, %s; results in %s\n", tgt.label, tgt.model, loadLine(&o.load, src, scenario), out)
 	}
 	stopProgress := make(chan struct{})
 	progressDone := make(chan struct{})
@@ -259,7 +259,8 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 
 	// What follows must happen even after Ctrl-C.
 	post := context.WithoutCancel(ctx)
-	sum := stats.Summarize(res.Records, stats.SummaryOptions{Source: "bench", Target: tgt.label, API: string(api), Model: tgt.model, Scenario: scenarioName, Seed: o.work.Seed})
+	sum := stats.Summarize(res.Records, stats.SummaryOptions{Source: "bench", Target: tgt.label, API: string(api), Model: tgt.model, Scenario: scenarioName, Seed: o.work.Seed,
+		OpenLoop: o.load.openLoop(src)})
 	if res.Interrupted {
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
 	}
@@ -443,15 +444,26 @@ func listModels(ctx context.Context, client *http.Client, base string, api wire.
 	return ids, resp.Header, nil
 }
 
-func loadLine(l *loadOptions) string {
+func loadLine(l *loadOptions, src workload.Source, sc *workload.Scenario) string {
 	var parts []string
-	if l.Rate > 0 {
-		s := fmt.Sprintf("%g req/s %s", l.Rate, l.Arrival)
+	capped := func(s string) string {
 		if l.MaxConcurrency > 0 {
 			s += fmt.Sprintf(" (max %d in flight)", l.MaxConcurrency)
 		}
-		parts = append(parts, s)
-	} else {
+		return s
+	}
+	switch {
+	case l.Rate > 0:
+		parts = append(parts, capped(fmt.Sprintf("%g req/s %s", l.Rate, l.Arrival)))
+	case workload.OwnsSchedule(src) && sc != nil && sc.Arrival.RatePerS > 0:
+		proc := sc.Arrival.Process
+		if proc == "" {
+			proc = "poisson"
+		}
+		parts = append(parts, capped(fmt.Sprintf("the scenario's %g req/s %s", sc.Arrival.RatePerS, proc)))
+	case workload.OwnsSchedule(src):
+		parts = append(parts, capped("the trace's timestamps"))
+	default:
 		parts = append(parts, fmt.Sprintf("concurrency %d", l.Concurrency))
 	}
 	if l.Requests > 0 {

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/ttft-dev/ttft/internal/workload"
 )
 
 // loadOptions are the load-shape flags shared by bench, sim run and sweep.
@@ -76,4 +78,11 @@ func (o *loadOptions) fitWorkload(turns int, finite bool) error {
 		return usageErr("--requests 0 runs until --duration ends, and no --duration was given")
 	}
 	return nil
+}
+
+// openLoop reports whether the run sends on a schedule: --rate, or a
+// workload that owns its schedule (a scenario's arrival process, a trace's
+// timestamps), which --concurrency does not cap; only --max-concurrency does.
+func (o *loadOptions) openLoop(src workload.Source) bool {
+	return o.Rate > 0 || workload.OwnsSchedule(src)
 }

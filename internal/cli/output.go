@@ -92,8 +92,12 @@ func printVerdicts(w io.Writer, s *record.Summary) {
 		if !v.Pass {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(w, "  %s  %-10s %s %s ≤ %s ms: measured %s ms (95%% CI %s–%s), margin %s ms\n",
-			verdict, v.Name, v.Metric, v.Statistic, num(v.LimitMs), num(v.ValueMs), num(v.CI95[0]), num(v.CI95[1]), num(v.MarginMs))
+		basis := ""
+		if v.Basis != "" {
+			basis = " " + record.BasisText(v.Basis)
+		}
+		fmt.Fprintf(w, "  %s  %-10s %s %s ≤ %s ms: measured %s ms%s (95%% CI %s–%s), margin %s ms\n",
+			verdict, v.Name, v.Metric, v.Statistic, num(v.LimitMs), num(v.ValueMs), basis, num(v.CI95[0]), num(v.CI95[1]), num(v.MarginMs))
 	}
 	if g := s.Goodput; g != nil {
 		fmt.Fprintf(w, "  goodput %.2f req/s meeting every SLO (attainment %.1f%%)\n", g.RequestsPerS, 100*g.Attainment)

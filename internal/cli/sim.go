@@ -251,6 +251,10 @@ func newSimRunCmd(env *Env) *cobra.Command {
 					return usageErr("--arrival: %v", err)
 				}
 				opt.Concurrency, opt.Rate, opt.NextGap, opt.MaxInFlight = 0, load.Rate, arr.Next, load.MaxConcurrency
+			} else if load.openLoop(src) {
+				// A scenario's arrival process or a trace is the load;
+				// sim.Run sends on it, capped by --max-concurrency only.
+				opt.MaxInFlight = load.MaxConcurrency
 			}
 			var w *record.JSONLWriter
 			if out == "" {
@@ -286,7 +290,8 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				scenario = scen.Name
 			}
 			target := "sim://" + d.Name()
-			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed})
+			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed,
+				OpenLoop: load.openLoop(src)})
 			if scen != nil {
 				verdicts, goodput := scen.Evaluate(sum, recs)
 				sum.SLO, sum.Goodput = verdicts, &goodput

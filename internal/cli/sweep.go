@@ -376,7 +376,7 @@ func pointLine(r sweep.Result) string {
 		return "error: " + r.Err.Error()
 	}
 	s := r.Outcome.Summary
-	line := fmt.Sprintf("TTFT P50 %.1f ms, P95 %.1f ms, %.2f req/s", s.TTFT.P50, s.TTFT.P95, s.Throughput.RequestsPerS)
+	line := fmt.Sprintf("TTFT P50 %.1f ms, P95 %.1f ms, %.2f req/s", s.JudgedTTFT().P50, s.JudgedTTFT().P95, s.Throughput.RequestsPerS)
 	if len(s.SLO) > 0 {
 		line += "; " + verdictLine(s.SLO)
 	}
@@ -440,7 +440,7 @@ func printSweepTable(w io.Writer, results []sweep.Result) {
 			note = strings.TrimSpace(note + " saturated")
 		}
 		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%s\n", r.Point.Label(),
-			s.Requests.Completed, s.Requests.Failed, s.TTFT.P50, s.TTFT.P95, s.TTFT.P99, s.ITL.P50, s.E2E.P95,
+			s.Requests.Completed, s.Requests.Failed, s.JudgedTTFT().P50, s.JudgedTTFT().P95, s.JudgedTTFT().P99, s.ITL.P50, s.E2E.P95,
 			s.Throughput.RequestsPerS, s.Throughput.OutputTokensPerS, note)
 	}
 	_ = tw.Flush()
@@ -465,7 +465,7 @@ func printCurve(w io.Writer, results []sweep.Result) {
 	var maxV float64
 	for _, r := range results {
 		if r.Err == nil && !r.Skipped {
-			maxV = max(maxV, r.Outcome.Summary.TTFT.P95)
+			maxV = max(maxV, r.Outcome.Summary.JudgedTTFT().P95)
 		}
 	}
 	if maxV <= 0 {
@@ -479,8 +479,8 @@ func printCurve(w io.Writer, results []sweep.Result) {
 		}
 		s := r.Outcome.Summary
 		line := []byte(strings.Repeat(" ", width+1))
-		p50 := int(s.TTFT.P50 / maxV * width)
-		p95 := int(s.TTFT.P95 / maxV * width)
+		p50 := int(s.JudgedTTFT().P50 / maxV * width)
+		p95 := int(s.JudgedTTFT().P95 / maxV * width)
 		for i := 0; i < p50; i++ {
 			line[i] = '-'
 		}

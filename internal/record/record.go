@@ -122,6 +122,18 @@ func (r *Record) OutputTokens() int {
 	}
 }
 
+// JudgedTTFTMs is the TTFT that verdicts, goodput, comparisons and reports
+// judge: from the intended send time. In an open loop that includes any
+// lateness of the client (no coordinated omission); in a closed loop the
+// intended time is the send itself, so it equals TTFTMs. Records without an
+// intended time (older files) fall back to TTFTMs.
+func (r *Record) JudgedTTFTMs() float64 {
+	if r.TTFTIntendedMs > 0 {
+		return r.TTFTIntendedMs
+	}
+	return r.TTFTMs
+}
+
 // Finalize fills the derived *_ms fields from the timestamps.
 func (r *Record) Finalize() {
 	ms := func(from, to time.Time) float64 {

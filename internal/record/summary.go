@@ -4,7 +4,7 @@ import "time"
 
 // SummarySchema versions summary.json. Bump the minor part for added fields,
 // the major part for renamed or removed ones.
-const SummarySchema = "ttft.summary/v1.1"
+const SummarySchema = "ttft.summary/v1.2"
 
 // Metric is the distribution of one latency (milliseconds) or count.
 type Metric struct {
@@ -58,16 +58,44 @@ type Tokens struct {
 	EventsBelowUsage  int `json:"events_below_usage"`
 }
 
+// Where a judged TTFT starts (Summary.TTFTBasis, SLOVerdict.Basis).
+const (
+	BasisIntended = "intended" // the schedule's intended send time
+	BasisSent     = "sent"     // the request's send
+)
+
+// BasisText is a basis in words, for verdict lines and captions.
+func BasisText(basis string) string {
+	if basis == BasisIntended {
+		return "from the intended send time"
+	}
+	return "from the send"
+}
+
+// JudgedTTFT is the TTFT distribution that verdicts, comparisons and
+// reports judge: from the intended send time (Record.JudgedTTFTMs), which
+// equals TTFT from the send in a closed loop. Summaries without it (older
+// files) fall back to TTFT.
+func (s *Summary) JudgedTTFT() Metric {
+	if s.TTFTIntended.Count > 0 {
+		return s.TTFTIntended
+	}
+	return s.TTFT
+}
+
 // SLOVerdict is the outcome of one service-level objective.
 type SLOVerdict struct {
-	Name      string     `json:"name"`      // e.g. "ttft_p95"
-	Metric    string     `json:"metric"`    // ttft, itl, tpot, e2e
-	Statistic string     `json:"statistic"` // p95, mean...
-	LimitMs   float64    `json:"limit_ms"`
-	ValueMs   float64    `json:"value_ms"`
-	CI95      [2]float64 `json:"ci95"`
-	MarginMs  float64    `json:"margin_ms"` // limit - value; negative fails
-	Pass      bool       `json:"pass"`
+	Name      string `json:"name"`      // e.g. "ttft_p95"
+	Metric    string `json:"metric"`    // ttft, itl, tpot, e2e
+	Statistic string `json:"statistic"` // p95, mean...
+	// Basis, for TTFT, says where the judged figure starts (BasisIntended
+	// or BasisSent).
+	Basis    string     `json:"basis,omitempty"`
+	LimitMs  float64    `json:"limit_ms"`
+	ValueMs  float64    `json:"value_ms"`
+	CI95     [2]float64 `json:"ci95"`
+	MarginMs float64    `json:"margin_ms"` // limit - value; negative fails
+	Pass     bool       `json:"pass"`
 }
 
 // Goodput is the rate of requests that met every per-request SLO.
@@ -95,14 +123,19 @@ type Summary struct {
 
 	TTFT         Metric `json:"ttft_ms"`
 	TTFTIntended Metric `json:"ttft_intended_ms"`
-	TTFB         Metric `json:"ttfb_ms"`
-	TTFE         Metric `json:"ttfe_ms"`
-	TTFC         Metric `json:"ttfc_ms"`
-	ITL          Metric `json:"itl_ms"`
-	TPOT         Metric `json:"tpot_ms"`
-	E2E          Metric `json:"e2e_ms"`
-	ScheduleLag  Metric `json:"schedule_lag_ms"`
-	Connect      Metric `json:"connect_ms"`
+	// TTFTBasis says where the judged TTFT (JudgedTTFT) starts:
+	// BasisIntended for a run sent on a schedule (open loop: --rate, a
+	// scenario's arrival process, a trace), BasisSent for a closed loop,
+	// whose intended time is its send. Added in v1.2.
+	TTFTBasis   string `json:"ttft_basis,omitempty"`
+	TTFB        Metric `json:"ttfb_ms"`
+	TTFE        Metric `json:"ttfe_ms"`
+	TTFC        Metric `json:"ttfc_ms"`
+	ITL         Metric `json:"itl_ms"`
+	TPOT        Metric `json:"tpot_ms"`
+	E2E         Metric `json:"e2e_ms"`
+	ScheduleLag Metric `json:"schedule_lag_ms"`
+	Connect     Metric `json:"connect_ms"`
 	// ReadDelay is how long after the kernel received each first token the
 	// client read it (records with kernel receive timestamps only): the
 	// client's own scheduling delay, kept out of TTFT. Added in v1.1.

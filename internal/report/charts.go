@@ -140,10 +140,10 @@ func overTimeChart(runs []Run, maxPoints int) *Chart {
 		}
 		for i := range r.Records {
 			rec := &r.Records[i]
-			if rec.Warmup || !rec.OK() || rec.TTFTMs <= 0 || rec.Sent.IsZero() {
+			if rec.Warmup || !rec.OK() || rec.JudgedTTFTMs() <= 0 || rec.Sent.IsZero() {
 				continue
 			}
-			pts = append(pts, pt{float64(rec.Sent.UnixNano())/1e9 - t0, rec.TTFTMs})
+			pts = append(pts, pt{float64(rec.Sent.UnixNano())/1e9 - t0, rec.JudgedTTFTMs()})
 		}
 		if len(pts) == 0 {
 			continue
@@ -203,10 +203,10 @@ func turnChart(runs []Run) *Chart {
 		byTurn := map[int][]float64{}
 		for i := range r.Records {
 			rec := &r.Records[i]
-			if rec.Turn <= 0 || rec.Warmup || !rec.OK() || rec.TTFTMs <= 0 {
+			if rec.Turn <= 0 || rec.Warmup || !rec.OK() || rec.JudgedTTFTMs() <= 0 {
 				continue
 			}
-			byTurn[rec.Turn] = append(byTurn[rec.Turn], rec.TTFTMs)
+			byTurn[rec.Turn] = append(byTurn[rec.Turn], rec.JudgedTTFTMs())
 		}
 		if len(byTurn) < 2 {
 			continue
@@ -258,7 +258,8 @@ func sweepChart(runs []Run) *Chart {
 	groups := map[string][]pt{}
 	var order []string
 	for _, r := range runs {
-		if r.Summary.TTFT.Count == 0 {
+		ttft := r.Summary.JudgedTTFT()
+		if ttft.Count == 0 {
 			continue
 		}
 		x := r.Summary.Throughput.RequestsPerS
@@ -272,7 +273,7 @@ func sweepChart(runs []Run) *Chart {
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
-		groups[g] = append(groups[g], pt{x, r.Summary.TTFT.P50, r.Summary.TTFT.P95})
+		groups[g] = append(groups[g], pt{x, ttft.P50, ttft.P95})
 	}
 	c := &Chart{ID: "sweep", Title: "Latency vs load", Kind: "line", XLabel: xlabel, YLabel: "TTFT (ms)"}
 	if len(order) == 1 {
@@ -362,11 +363,12 @@ func heatmapChart(runs []Run) *Chart {
 		z[i] = make([]*float64, len(xs))
 	}
 	for _, r := range runs {
-		if r.Summary.TTFT.Count == 0 {
+		ttft := r.Summary.JudgedTTFT()
+		if ttft.Count == 0 {
 			continue
 		}
 		xi, yi := slices.Index(xs, r.Labels[bk]), slices.Index(ys, r.Labels[ck])
-		v := round(r.Summary.TTFT.P95)
+		v := round(ttft.P95)
 		z[yi][xi] = &v
 	}
 	return &Chart{ID: "heatmap", Title: "TTFT P95 by " + bk + " × " + ck, Kind: "heatmap", XLabel: bk, YLabel: ck,

@@ -32,6 +32,9 @@ type Row struct {
 	MeanITL     float64 `json:"itl_mean_ms"`
 	RequestsPS  float64 `json:"requests_per_s"`
 	OutTokensPS float64 `json:"output_tokens_per_s"`
+	// TTFTBasis is where the run's TTFT starts (record.BasisIntended for
+	// open-loop runs, whose client lateness counts).
+	TTFTBasis string `json:"ttft_basis,omitempty"`
 }
 
 // Diff is one run against the first (the baseline) for one statistic.
@@ -70,14 +73,25 @@ func Compare(runs []Run, opt CompareOptions) Comparison {
 		out.Rows = append(out.Rows, Row{
 			Name: r.Name, Source: s.Source, Target: strings.Join(nonEmpty(s.Model, s.Target), " @ "),
 			Requests: s.Requests.Total, Failed: s.Requests.Failed,
-			MeanTTFT: s.TTFT.Mean, StdTTFT: s.TTFT.Std, P50TTFT: s.TTFT.P50, P95TTFT: s.TTFT.P95, P99TTFT: s.TTFT.P99,
-			MeanITL: s.ITL.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
+			MeanTTFT: s.JudgedTTFT().Mean, StdTTFT: s.JudgedTTFT().Std, P50TTFT: s.JudgedTTFT().P50, P95TTFT: s.JudgedTTFT().P95, P99TTFT: s.JudgedTTFT().P99,
+			TTFTBasis: s.TTFTBasis,
+			MeanITL:   s.ITL.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
 		})
 		ttfts[i] = ttftOf(r.Records)
 		itls[i] = itlPerRequest(r.Records)
 		if len(r.Records) == 0 {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s has no per-request records (pruned or summary only): its differences cannot be tested", r.Name))
 		}
+	}
+	var open []string
+	for _, r := range out.Rows {
+		if r.TTFTBasis == record.BasisIntended {
+			open = append(open, r.Name)
+		}
+	}
+	if len(open) > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("TTFT of %s (open loop) is %s, as its SLO verdicts judge it; of closed-loop runs %s",
+			strings.Join(open, ", "), record.BasisText(record.BasisIntended), record.BasisText(record.BasisSent)))
 	}
 	if len(runs) < 2 {
 		return out

@@ -57,15 +57,17 @@ type Heatmap struct {
 	Unit string       `json:"unit"`
 }
 
-// ttftOf returns the measured (non-warm-up, successful) TTFTs in ms.
+// ttftOf returns the measured (non-warm-up, successful) TTFTs in ms, from
+// the intended send time (record.Record.JudgedTTFTMs): an open-loop run's
+// client lateness counts, as in its verdicts.
 func ttftOf(recs []record.Record) []float64 {
 	var out []float64
 	for i := range recs {
 		r := &recs[i]
-		if r.Warmup || !r.OK() || r.TTFTMs <= 0 {
+		if r.Warmup || !r.OK() || r.JudgedTTFTMs() <= 0 {
 			continue
 		}
-		out = append(out, r.TTFTMs)
+		out = append(out, r.JudgedTTFTMs())
 	}
 	return out
 }

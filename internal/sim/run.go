@@ -73,6 +73,12 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 	if opt.Target == "" {
 		opt.Target = "sim://" + d.Name()
 	}
+	if opt.Rate <= 0 && opt.NextGap == nil && workload.OwnsSchedule(src) {
+		// The source's times are the load (as in bench): no closed-loop
+		// cap, only MaxInFlight; a request without a time is due at once.
+		opt.Concurrency = 0
+		opt.NextGap = func() time.Duration { return 0 }
+	}
 	if opt.Concurrency <= 0 && opt.Rate <= 0 && opt.NextGap == nil {
 		opt.Concurrency = 1
 	}

@@ -24,6 +24,10 @@ type SummaryOptions struct {
 	// LagWarnMs is the P99 schedule lag above which the summary warns that
 	// the client could not keep the schedule. Default 5 ms.
 	LagWarnMs float64
+	// OpenLoop says the run was sent on a schedule, so its judged TTFT is
+	// from the intended send time (TTFTBasis). A run whose requests were
+	// sent after their intended times is taken as one anyway.
+	OpenLoop bool
 }
 
 // Summarize reduces records to a run summary. Warm-up records are counted
@@ -143,6 +147,10 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 	s.TPOT = d(tpot, 6)
 	s.E2E = d(e2e, 7)
 	s.ScheduleLag = d(lag, 8)
+	s.TTFTBasis = record.BasisSent
+	if opt.OpenLoop || s.ScheduleLag.Max > 0 {
+		s.TTFTBasis = record.BasisIntended
+	}
 	s.Connect = d(connect, 9)
 	if len(readDelay) > 0 {
 		s.ReadDelay = Describe(readDelay, DescribeOptions{})

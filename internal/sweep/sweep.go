@@ -256,10 +256,10 @@ func LinearDeviation(results []Result, xName, yName string) ([]Cell, error) {
 			return nil, fmt.Errorf("point %q: %s and %s must be numbers", r.Point.Label(), xName, yName)
 		}
 		c := Cell{X: x, Y: y}
-		if r.Err != nil || r.Skipped || r.Outcome.Summary.TTFT.Count == 0 {
+		if ttft := r.Outcome.Summary.JudgedTTFT(); r.Err != nil || r.Skipped || ttft.Count == 0 {
 			c.Missing = true
 		} else {
-			c.P50, c.P95 = r.Outcome.Summary.TTFT.P50, r.Outcome.Summary.TTFT.P95
+			c.P50, c.P95 = ttft.P50, ttft.P95
 		}
 		cells = append(cells, c)
 	}

@@ -522,6 +522,11 @@ func (r *Replay) Next(ctx context.Context) (*Request, error) {
 	return req, nil
 }
 
+// OwnsSchedule reports whether the replay keeps a trace's timestamps.
+func (r *Replay) OwnsSchedule() bool {
+	return !r.opt.IgnoreTimestamps && len(r.ds.Entries) > 0 && r.ds.Entries[0].HasAt
+}
+
 func (r *Replay) isTrace() bool { return r.ds.Format == "azure" || r.ds.Format == "mooncake" }
 
 // synth builds a prompt of exactly e.InputTokens tokens. With hash IDs,

@@ -73,6 +73,10 @@ func NewGenerated(opt GenOptions) (*Generated, error) {
 	return g, nil
 }
 
+// OwnsSchedule reports whether the source sets send times (an arrival
+// process with Schedule).
+func (g *Generated) OwnsSchedule() bool { return g.sched != nil }
+
 // Next returns the next request or io.EOF.
 func (g *Generated) Next(ctx context.Context) (*Request, error) {
 	if err := ctx.Err(); err != nil {

@@ -59,6 +59,22 @@ type Source interface {
 	Next(ctx context.Context) (*Request, error)
 }
 
+// ScheduledSource is a Source whose requests carry their own send times
+// (At) from an arrival process or a trace. Its load is that schedule: a
+// runner sends each request at its time however many are then in flight
+// (open loop), capped only by a limit the user set, never by a closed
+// loop's worker count.
+type ScheduledSource interface {
+	Source
+	OwnsSchedule() bool
+}
+
+// OwnsSchedule reports whether src sets every request's send time.
+func OwnsSchedule(src Source) bool {
+	s, ok := src.(ScheduledSource)
+	return ok && s.OwnsSchedule()
+}
+
 // FeedbackSource is a Source that wants to hear how each request ended.
 type FeedbackSource interface {
 	Source

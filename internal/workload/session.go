@@ -163,6 +163,10 @@ func NewSessions(opt SessionOptions) (*Sessions, error) {
 	return s, nil
 }
 
+// OwnsSchedule reports whether sessions start on an arrival process (each
+// later turn then follows its reply by the think time).
+func (s *Sessions) OwnsSchedule() bool { return s.sched != nil }
+
 // startSessions opens sessions up to MaxActive. Caller holds mu.
 func (s *Sessions) startSessions() {
 	for s.started < s.opt.Sessions && (s.opt.MaxActive == 0 || s.active < s.opt.MaxActive) {

@@ -10,7 +10,9 @@ import (
 // Evaluate judges a run against the scenario's SLOs and computes its goodput.
 //
 // Each verdict compares the summary's statistic (e.g. TTFT P95 over the
-// completed requests) with the limit; CI is the statistic's bootstrap 95%
+// completed requests) with the limit; TTFT is judged from the intended send
+// time (record.Summary.JudgedTTFT), which in an open loop counts the
+// client's own lateness against the server, as a user would feel it; CI is the statistic's bootstrap 95%
 // interval from the summary, and the margin is limit - value (negative
 // fails). A run with no completed requests fails every SLO, with value 0.
 //
@@ -27,6 +29,9 @@ func (s *Scenario) Evaluate(sum record.Summary, recs []record.Record) ([]record.
 		v := record.SLOVerdict{
 			Name: slo.Name(), Metric: slo.Metric, Statistic: slo.Statistic,
 			LimitMs: float64(slo.LimitMs),
+		}
+		if slo.Metric == "ttft" {
+			v.Basis = sum.TTFTBasis
 		}
 		if m.Count == 0 {
 			// No data: fail, with zero value and margin (JSON has no NaN).
@@ -82,7 +87,7 @@ func (s *Scenario) meets(r *record.Record) bool {
 		var v float64
 		switch slo.Metric {
 		case "ttft":
-			v = r.TTFTMs
+			v = r.JudgedTTFTMs()
 		case "e2e":
 			v = r.E2EMs
 		case "tpot":
@@ -113,7 +118,7 @@ func (s *Scenario) meets(r *record.Record) bool {
 func metricOf(sum record.Summary, metric string) record.Metric {
 	switch metric {
 	case "ttft":
-		return sum.TTFT
+		return sum.JudgedTTFT()
 	case "itl":
 		return sum.ITL
 	case "tpot":
