@@ -265,7 +265,9 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
 	}
 	for _, e := range res.SinkErrors {
-		sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
+		if e != jsonl.Err() {
+			sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
+		}
 	}
 	if share := cpuUsed.Seconds() / wall.Seconds() / float64(runtime.GOMAXPROCS(0)); wall > time.Second && share > 0.8 {
 		who := "the client"
@@ -280,24 +282,41 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	}
 	sum.ServerSide = stopObs(post)
 	man.Ended, man.Interrupted = time.Now(), res.Interrupted
-	var werr []error
-	werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
-	werr = append(werr, record.WriteJSON(filepath.Join(out, "manifest.json"), man))
+	// A failed file (a full disk) loses nothing the run measured: the
+	// records are in memory, so the summary is printed and the run stored
+	// in the database all the same, and the failure is named at the end.
+	fileErrs := []error{jsonl.Err()}
 	if drift := workload.TurnDrift(res.Records); len(drift) > 0 {
-		werr = append(werr, record.WriteJSON(filepath.Join(out, "turns.json"), drift))
+		fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "turns.json"), drift))
 	}
 	if o.Format == "vllm" {
-		werr = append(werr, record.WriteJSON(filepath.Join(out, "summary.vllm.json"), vllmSummary(sum, res.Records, tgt, o)))
+		fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "summary.vllm.json"), vllmSummary(sum, res.Records, tgt, o)))
 	}
-	werr = append(werr, jsonl.Close())
-	if err := errors.Join(werr...); err != nil {
-		return sum, err
+	fileErrs = append(fileErrs, jsonl.Close())
+	if jsonl.Err() != nil {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", jsonl.Path(), jsonl.Kept(), len(res.Records), jsonl.Err()))
 	}
+	// summary.json and manifest.json go last, so the summary on disk
+	// carries the warnings above when there is room for it.
+	fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
+	fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "manifest.json"), man))
+	var fileErr error
+	if msgs := errorTexts(fileErrs); len(msgs) > 0 {
+		fileErr = errors.New(strings.Join(msgs, "; "))
+	}
+	storedID := ""
 	if !o.NoStore {
 		if id, err := storeRun(post, env, o.DB, out, man, sum, res.Records); err != nil {
-			fmt.Fprintf(env.Stderr, "ttft bench: warning: results are in %s but not in the results database: %v\n", out, err)
-		} else if id != "" && !o.Quiet {
-			fmt.Fprintf(env.Stderr, "ttft bench: stored as run %s\n", id)
+			where := "in " + out
+			if fileErr != nil {
+				where = "not (all) on disk either: only what the summary below shows is kept"
+			}
+			fmt.Fprintf(env.Stderr, "ttft bench: warning: the run is not in the results database (%v); its results are %s\n", err, where)
+		} else {
+			storedID = id
+			if id != "" && !o.Quiet {
+				fmt.Fprintf(env.Stderr, "ttft bench: stored as run %s\n", id)
+			}
 		}
 	}
 	printSummary(env.Stdout, &sum, &man, out)
@@ -308,6 +327,13 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 	}
 	workload.PrintTurnDrift(env.Stdout, workload.TurnDrift(res.Records))
+	if fileErr != nil {
+		kept := "only the summary printed above"
+		if storedID != "" {
+			kept = fmt.Sprintf("all %d records in the results database as run %s", len(res.Records), storedID)
+		}
+		return sum, failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, jsonl.Path(), jsonl.Kept())
+	}
 	if runErr != nil {
 		return sum, fmt.Errorf("run stopped early: %w", runErr)
 	}
@@ -600,4 +626,15 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// errorTexts are the messages of the non-nil errors in errs.
+func errorTexts(errs []error) []string {
+	var out []string
+	for _, e := range errs {
+		if e != nil {
+			out = append(out, e.Error())
+		}
+	}
+	return out
 }

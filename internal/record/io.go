@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,12 +16,20 @@ import (
 // JSONLWriter appends records to a requests.jsonl file, one line each,
 // written through to the file as each request completes, so an interrupted
 // run loses nothing that finished. Safe for concurrent use.
+//
+// A failed write (a full disk) is cut back to the last whole line and ends
+// the file: later records are not written, so the file holds the run's
+// first Kept records, whole, and Err says what failed. The caller keeps the
+// records elsewhere (in memory, the results database).
 type JSONLWriter struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
 	buf  bytes.Buffer
 	enc  *json.Encoder
+	size int64 // bytes of whole lines in the file
+	kept int
+	err  error
 }
 
 // NewJSONLWriter creates (or appends to) path.
@@ -32,24 +41,61 @@ func NewJSONLWriter(path string) (*JSONLWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	w := &JSONLWriter{f: f, path: path}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	w := &JSONLWriter{f: f, path: path, size: st.Size()}
 	w.enc = json.NewEncoder(&w.buf)
 	return w, nil
 }
 
+// Path is the file written.
+func (w *JSONLWriter) Path() string { return w.path }
+
 // Write appends one record as a single write(2), so a crash leaves either the
-// whole line or none of it.
+// whole line or none of it. After a failed write it does nothing and
+// returns nil: the failure was reported once and stays in Err.
 func (w *JSONLWriter) Write(r *Record) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.err != nil || w.f == nil {
+		return nil
+	}
 	w.buf.Reset()
 	if err := w.enc.Encode(r); err != nil {
 		return fmt.Errorf("encoding record %d: %w", r.Index, err)
 	}
-	if _, err := w.f.Write(w.buf.Bytes()); err != nil {
-		return fmt.Errorf("writing %s: %w", w.path, err)
+	n, err := w.f.Write(w.buf.Bytes())
+	if err != nil {
+		w.err = fmt.Errorf("writing %s: %w", w.path, bare(err))
+		if n > 0 {
+			// A half line would make the file unreadable to strict
+			// readers; cutting it back frees the space it took.
+			if terr := w.f.Truncate(w.size); terr != nil {
+				w.err = fmt.Errorf("%w (and cutting back its half-written last line: %v)", w.err, terr)
+			}
+		}
+		return w.err
 	}
+	w.size += int64(n)
+	w.kept++
 	return nil
+}
+
+// Kept is how many records this writer wrote whole.
+func (w *JSONLWriter) Kept() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kept
+}
+
+// Err is the write failure that ended the file, if any.
+func (w *JSONLWriter) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // Close flushes to stable storage and closes the file.
@@ -62,7 +108,10 @@ func (w *JSONLWriter) Close() error {
 	serr := w.f.Sync()
 	cerr := w.f.Close()
 	w.f = nil
-	return errors.Join(serr, cerr)
+	if err := errors.Join(serr, cerr); err != nil {
+		return fmt.Errorf("closing %s: %w", w.path, err)
+	}
+	return nil
 }
 
 // ReadJSONL reads a requests.jsonl file. A malformed line is an error naming
@@ -116,25 +165,25 @@ func WriteJSON(path string, v any) error {
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, bare(err))
 	}
 	// CreateTemp makes 0600 files; results are meant to be shared.
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, bare(err))
 	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, bare(err))
 	}
 	if err := tmp.Close(); err != nil {
 		os.Remove(tmp.Name())
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, bare(err))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, bare(err))
 	}
 	return nil
 }
@@ -149,4 +198,14 @@ func ReadJSON(path string, v any) error {
 		return fmt.Errorf("%s: malformed JSON: %w", path, err)
 	}
 	return nil
+}
+
+// bare drops the path an *fs.PathError repeats (of a temporary file, for
+// WriteJSON), so that messages name the file once.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/store"
+	"github.com/ttft-dev/ttft/internal/testutil"
+)
+
+// A full disk under --out loses no completed measurement: the summary is
+// printed from memory, the run is stored in the database (on another
+// disk), requests.jsonl keeps whole lines only, and the error names the
+// file and what was kept.
+func TestBenchFullDiskKeepsTheRun(t *testing.T) {
+	out := filepath.Join(testutil.TinyFS(t, 64<<10), "run")
+	db := filepath.Join(t.TempDir(), "ttft.db")
+	const n = 300
+	code, stdout, stderr := runCLI(t, "bench", "-n", strconv.Itoa(n), "-c", "16", "--max-tokens", "16",
+		"--out", out, "--db", db, "--no-progress")
+	if code != ExitFail {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, ExitFail, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "requests: 300 completed") {
+		t.Errorf("no summary of all %d requests printed:\n%s", n, stdout)
+	}
+	jsonl := filepath.Join(out, "requests.jsonl")
+	m := regexp.MustCompile(`kept: all 300 records in the results database as run (\S+); ` + regexp.QuoteMeta(jsonl) + ` holds the first (\d+) records, whole`).FindStringSubmatch(stderr)
+	if m == nil || !strings.Contains(stderr, "no space left on device") {
+		t.Fatalf("the error does not name the file, the cause and what was kept:\n%s", stderr)
+	}
+	data, err := os.ReadFile(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) == 0 || data[len(data)-1] != '\n' {
+		t.Errorf("requests.jsonl ends in a half-written line (%d bytes)", len(data))
+	}
+	recs, err := record.ReadJSONL(jsonl)
+	if kept, _ := strconv.Atoi(m[2]); err != nil || len(recs) != kept || kept == 0 || kept >= n {
+		t.Errorf("requests.jsonl: %d whole records (%v), the message says %s of %d", len(recs), err, m[2], n)
+	}
+	st, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stored, err := st.Records(context.Background(), m[1])
+	if err != nil || len(stored) != n {
+		t.Errorf("database run %s: %d records (%v), want %d", m[1], len(stored), err, n)
+	}
+}
