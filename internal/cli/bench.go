@@ -51,6 +51,7 @@ type benchOptions struct {
 	MaxTokensKey  string
 	ExtraBody     string
 	SelfCheck     bool
+	NoProbe       bool
 	NoProgress    bool
 	Labels        []string
 	DB            string
@@ -110,6 +111,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 	f.BoolVar(&o.ReadClock, "read-clock", false, "time events when each read returns, as most clients do, instead of by the kernel's receive timestamps")
 	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
 	f.StringVar(&o.MaxTokensKey, "max-tokens-field", "max_tokens", "OpenAI body field for --max-tokens: max_tokens, or max_completion_tokens for OpenAI's reasoning models")
+	f.BoolVar(&o.NoProbe, "no-probe", false, "skip the one-token check request sent to --target before the run (a refused check exits 2 with the server's message)")
 	f.BoolVar(&o.SelfCheck, "self-check", false, "measure this client's own added TTFT error and event rate against an exact-timing server")
 	f.BoolVar(&o.NoProgress, "no-progress", false, "no live progress on stderr")
 	f.StringArrayVar(&o.Labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
@@ -126,6 +128,7 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 type benchTarget struct {
 	base, model, label string
 	server             map[string]any
+	client             *http.Client // for requests before the run (the run has its own transport)
 }
 
 // runBench runs one benchmark and writes its files; sweep calls it per point.
@@ -189,6 +192,11 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	reqOpt.Model = tgt.model
 
 	runID := newRunID(time.Now())
+	if o.Target != "" && !o.NoProbe {
+		if err := probeTarget(ctx, tgt.client, api, tgt.base, reqOpt, runID, probeTimeout(o.TTFTTimeout)); err != nil {
+			return record.Summary{}, err
+		}
+	}
 	out := o.Out
 	if out == "" {
 		out = filepath.Join(dataDir(env), "runs", runID)
@@ -383,6 +391,7 @@ func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API,
 		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
 		client = &http.Client{Transport: tr}
 	}
+	t.client = client
 	models, hdr, err := listModels(ctx, client, base, api, reqOpt)
 	if err != nil {
 		var ue *unreachableError

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ttft-dev/ttft/internal/record"
@@ -25,7 +26,7 @@ func TestFailedRunSaysWhy(t *testing.T) {
 		io.WriteString(w, `{"error":{"message":"The model llama-3.1-8bb does not exist."}}`)
 	}))
 	defer srv.Close()
-	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL, "--model", "llama-3.1-8bb", "-n", "2", "--no-store", "--no-progress", "--out", t.TempDir())
+	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL, "--model", "llama-3.1-8bb", "-n", "2", "--no-store", "--no-progress", "--out", t.TempDir(), "--no-probe")
 	if code != ExitFail {
 		t.Fatalf("exit %d", code)
 	}
@@ -96,5 +97,41 @@ func TestDatasetDropsAreReported(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "bench", "--dataset", path, "-n", "1", "--no-store", "--no-progress", "--out", t.TempDir())
 	if code != 0 || !strings.Contains(stderr, "dropped 1 record(s)") {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// A target that refuses the one-token check (a wrong --model, key or path)
+// stops before the run, with the server's message and exit 2; one that is
+// only busy (503, 429) is left to the run.
+func TestWrongModelFailsFast(t *testing.T) {
+	var chats atomic.Int64
+	status := atomic.Int64{}
+	status.Store(http.StatusNotFound)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"llama-3.1-8b"}]}`)
+			return
+		}
+		chats.Add(1)
+		w.WriteHeader(int(status.Load()))
+		io.WriteString(w, `{"error":{"message":"The model gpt-5 does not exist."}}`)
+	}))
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := runCLI(t, "bench", "--target", srv.URL, "--model", "gpt-5", "-n", "50", "--no-progress", "--out", out)
+	if code != ExitUsage || !strings.Contains(stderr, "HTTP 404") || !strings.Contains(stderr, "The model gpt-5 does not exist.") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if n := chats.Load(); n != 1 {
+		t.Errorf("the server saw %d requests; want only the check", n)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a run directory was made for a run that never ran: %v", err)
+	}
+	status.Store(http.StatusServiceUnavailable)
+	chats.Store(0)
+	code, stdout, _ = runCLI(t, "bench", "--target", srv.URL, "--model", "llama-3.1-8b", "-n", "3", "--no-progress", "--no-store", "--out", t.TempDir())
+	if code != ExitFail || chats.Load() != 4 || !strings.Contains(stdout, "http_status 3") {
+		t.Errorf("busy server: exit %d after %d requests; want the run to go on and record 3 failures\n%s", code, chats.Load(), stdout)
 	}
 }
