@@ -184,6 +184,9 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	if err := o.load.fitWorkload(o.work.size(scenario)); err != nil {
 		return record.Summary{}, err
 	}
+	if err := o.load.checkOpenLoopFlags(src); err != nil {
+		return record.Summary{}, err
+	}
 	tgt, stop, err := resolveTarget(ctx, env, o, api, &reqOpt)
 	if err != nil {
 		return record.Summary{}, err

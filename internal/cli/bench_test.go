@@ -135,6 +135,14 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--target", dead}, "cannot reach"},
 		{[]string{"bench", "--header", "novalue"}, "--header"},
 		{[]string{"bench", "--arrival", "weibull", "--rate", "1"}, "--arrival"},
+		// Combinations that were silently ignored.
+		{[]string{"bench", "--rate", "0"}, "--rate must be > 0"},
+		{[]string{"bench", "--rate", "2", "-c", "4"}, "two different loads"},
+		{[]string{"bench", "--rate", "2", "--ramp-up", "5s"}, "--ramp-up"},
+		{[]string{"bench", "--arrival", "gamma"}, "need --rate"},
+		{[]string{"bench", "--rate", "2", "--burstiness", "0.5"}, "--arrival gamma"},
+		{[]string{"bench", "--max-concurrency", "4", "-n", "1"}, "--max-concurrency caps an open loop"},
+		{[]string{"sim", "run", "--max-concurrency", "4", "-n", "1"}, "--max-concurrency caps an open loop"},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tc.want) {

@@ -59,6 +59,22 @@ func (o *loadOptions) validate() error {
 	if o.Arrival == "gamma" && !(o.Burstiness > 0) {
 		return usageErr("--burstiness must be > 0, got %v", o.Burstiness)
 	}
+	if o.fs != nil {
+		// Flags that would be silently ignored are refused instead.
+		changed := o.fs.Changed
+		switch {
+		case changed("rate") && o.Rate == 0:
+			return usageErr("--rate must be > 0 (leave it out for a closed loop at --concurrency)")
+		case changed("rate") && changed("concurrency"):
+			return usageErr("--rate (open loop) and --concurrency (closed loop) are two different loads; cap an open loop with --max-concurrency")
+		case o.Rate > 0 && changed("ramp-up"):
+			return usageErr("--ramp-up starts a closed loop's workers; an open loop at --rate has none")
+		case o.Rate == 0 && (changed("arrival") || changed("burstiness")):
+			return usageErr("--arrival and --burstiness shape an open loop; they need --rate")
+		case o.Arrival != "gamma" && changed("burstiness"):
+			return usageErr("--burstiness is the gamma shape; it needs --arrival gamma")
+		}
+	}
 	// --duration alone means "until the duration ends".
 	if o.fs != nil && o.Duration > 0 && !o.fs.Changed("requests") {
 		o.Requests = 0
@@ -85,4 +101,14 @@ func (o *loadOptions) fitWorkload(turns int, finite bool) error {
 // timestamps), which --concurrency does not cap; only --max-concurrency does.
 func (o *loadOptions) openLoop(src workload.Source) bool {
 	return o.Rate > 0 || workload.OwnsSchedule(src)
+}
+
+// checkOpenLoopFlags refuses --max-concurrency on a closed loop, where it
+// would be ignored; it is known only once the workload is (a scenario's
+// arrival process or a trace makes an open loop).
+func (o *loadOptions) checkOpenLoopFlags(src workload.Source) error {
+	if o.fs != nil && o.fs.Changed("max-concurrency") && !o.openLoop(src) {
+		return usageErr("--max-concurrency caps an open loop (--rate, a scenario's arrival rate or a trace); a closed loop has --concurrency requests in flight")
+	}
+	return nil
 }

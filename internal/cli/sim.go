@@ -242,6 +242,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			if err := load.fitWorkload(wl.size(scen)); err != nil {
 				return err
 			}
+			if err := load.checkOpenLoopFlags(src); err != nil {
+				return err
+			}
 			opt := sim.RunOptions{Concurrency: load.Concurrency, Requests: load.Requests, Duration: load.Duration, Warmup: load.Warmup, RampUp: load.RampUp,
 				Seed: uint64(seed), Tokenizer: tok, Start: time.Now().UTC()}
 			if load.Rate > 0 {
