@@ -287,6 +287,9 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s used %.0f%% of %d CPUs: latencies may include client-side queueing", who, 100*share, runtime.GOMAXPROCS(0)))
 	}
+	if w := overloadWarning(&sum, res.Records, o.load.offeredRate(src, scenario)); w != "" {
+		sum.Warnings = append(sum.Warnings, w)
+	}
 	if scenario != nil {
 		verdicts, goodput := scenario.Evaluate(sum, res.Records)
 		sum.SLO, sum.Goodput = verdicts, &goodput

@@ -5,6 +5,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
@@ -111,4 +113,26 @@ func (o *loadOptions) checkOpenLoopFlags(src workload.Source) error {
 		return usageErr("--max-concurrency caps an open loop (--rate, a scenario's arrival rate or a trace); a closed loop has --concurrency requests in flight")
 	}
 	return nil
+}
+
+// offeredRate is the open-loop load asked for, in requests per second: --rate
+// or a scheduled scenario's arrival rate (0 when unknown or closed loop).
+func (o *loadOptions) offeredRate(src workload.Source, sc *workload.Scenario) float64 {
+	switch {
+	case o.Rate > 0:
+		return o.Rate
+	case sc != nil && workload.OwnsSchedule(src) && sc.Session == nil:
+		return sc.Arrival.RatePerS
+	}
+	return 0
+}
+
+// overloadWarning is the summary's warning when a run looks overloaded
+// (stats.Overload), or "".
+func overloadWarning(sum *record.Summary, recs []record.Record, offered float64) string {
+	why := stats.Overload(sum, recs, offered)
+	if why == "" {
+		return ""
+	}
+	return "OVERLOADED: " + why + "; the latencies grow with the run's length and describe no steady state (lower the load or add replicas)"
 }

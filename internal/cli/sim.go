@@ -295,6 +295,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			target := "sim://" + d.Name()
 			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed,
 				OpenLoop: load.openLoop(src)})
+			if w := overloadWarning(&sum, recs, load.offeredRate(src, scen)); w != "" {
+				sum.Warnings = append(sum.Warnings, w)
+			}
 			if scen != nil {
 				verdicts, goodput := scen.Evaluate(sum, recs)
 				sum.SLO, sum.Goodput = verdicts, &goodput

@@ -177,3 +177,18 @@ func peakOverlap(recs []record.Record) int {
 	}
 	return peak
 }
+
+// An impossible load says so instead of printing P95s of minutes as if
+// they were a steady state.
+func TestSimRunSaysWhenOverloaded(t *testing.T) {
+	args := []string{"sim", "run", "--model", "llama-3-70b", "--gpu", "a100-80gb", "--tensor-parallel-size", "4",
+		"-n", "300", "--prompt-tokens", "2048", "--max-tokens", "512", "--out", t.TempDir()}
+	code, stdout, stderr := runCLI(t, append(args, "--rate", "8")...)
+	if code != 0 || !strings.Contains(stdout, "OVERLOADED: throughput") {
+		t.Errorf("8 req/s on one 70B TP4 A100 replica: exit %d, no overload warning\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, append(args, "--rate", "0.5")...)
+	if code != 0 || strings.Contains(stdout, "OVERLOADED") {
+		t.Errorf("0.5 req/s: exit %d, overload warning on a load it serves\n%s", code, stdout)
+	}
+}

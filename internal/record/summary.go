@@ -46,13 +46,16 @@ type Throughput struct {
 // Tokens totals token counts and flags disagreements between the three ways
 // output is counted.
 type Tokens struct {
-	Prompt            int `json:"prompt"`
-	PromptUsage       int `json:"prompt_usage"`
-	CachedPrompt      int `json:"cached_prompt"`
-	OutputUsage       int `json:"output_usage"`
-	OutputTokenizer   int `json:"output_tokenizer"`
-	OutputEvents      int `json:"output_events"`
-	UsageMismatches   int `json:"usage_vs_tokenizer_mismatches"`
+	Prompt          int `json:"prompt"`
+	PromptUsage     int `json:"prompt_usage"`
+	CachedPrompt    int `json:"cached_prompt"`
+	OutputUsage     int `json:"output_usage"`
+	OutputTokenizer int `json:"output_tokenizer"`
+	OutputEvents    int `json:"output_events"`
+	UsageMismatches int `json:"usage_vs_tokenizer_mismatches"`
+	// PromptMismatches counts requests whose server-counted prompt is
+	// more than 10% (and 2 tokens) off the intended length: more than a
+	// chat template adds.
 	PromptMismatches  int `json:"prompt_usage_mismatches"`
 	RequestsWithUsage int `json:"requests_with_usage"`
 	EventsBelowUsage  int `json:"events_below_usage"`

@@ -55,7 +55,8 @@ func DefaultServerConfig() ServerConfig {
 			GPU:                 "h100-sxm",
 			TensorParallelSize:  1,
 			EnablePrefixCaching: true,
-			MaxModelLen:         32768,
+			// MaxModelLen 0: the catalog's 131,072, as vLLM serves it
+			// on one H100.
 		},
 		Addr:             "127.0.0.1:0",
 		DefaultMaxTokens: 256,

@@ -176,53 +176,14 @@ func outerLabel(p Point) string {
 	return Point{Settings: p.Settings[:len(p.Settings)-1]}.Label()
 }
 
-// Saturation says why a run looks saturated, or "". Three signs, each a
-// queue growing without bound rather than a merely slow server:
-//   - open loop: achieved throughput below 80% of the offered --rate;
-//   - schedule lag P99 above 1 s (the client itself could not keep up, or
-//     --max-concurrency held requests back);
-//   - TTFT rising through the run: the median of the last quarter of
-//     requests (by send time) above twice the first quarter's and at least
-//     50 ms higher.
+// Saturation says why a point's run looks saturated, or "": stats.Overload
+// with the point's --rate as the offered load.
 func Saturation(p Point, o Outcome) string {
-	s := o.Summary
+	var rate float64
 	if v, ok := p.Get("rate"); ok {
-		if rate, err := strconv.ParseFloat(v, 64); err == nil && rate > 0 && s.Requests.Completed >= 10 {
-			if got := s.Throughput.RequestsPerS; got < 0.8*rate {
-				return fmt.Sprintf("throughput %.2f req/s is below 80%% of the offered %.4g req/s", got, rate)
-			}
-		}
+		rate, _ = strconv.ParseFloat(v, 64)
 	}
-	if s.ScheduleLag.Count > 0 && s.ScheduleLag.P99 > 1000 {
-		return fmt.Sprintf("schedule lag P99 %.0f ms: requests queued before they could be sent", s.ScheduleLag.P99)
-	}
-	if first, last, ok := ttftTrend(o.Records); ok && last > 2*first && last-first >= 50 {
-		return fmt.Sprintf("TTFT median rose from %.0f ms (first quarter) to %.0f ms (last quarter): the queue grows", first, last)
-	}
-	return ""
-}
-
-func ttftTrend(recs []record.Record) (first, last float64, ok bool) {
-	var rs []record.Record
-	for _, r := range recs {
-		if !r.Warmup && r.OK() && r.TTFTMs > 0 {
-			rs = append(rs, r)
-		}
-	}
-	if len(rs) < 20 {
-		return 0, 0, false
-	}
-	slices.SortFunc(rs, func(a, b record.Record) int { return a.Sent.Compare(b.Sent) })
-	q := len(rs) / 4
-	med := func(part []record.Record) float64 {
-		xs := make([]float64, len(part))
-		for i, r := range part {
-			xs[i] = r.TTFTMs
-		}
-		slices.Sort(xs)
-		return stats.Quantile(xs, 0.5)
-	}
-	return med(rs[:q]), med(rs[len(rs)-q:]), true
+	return stats.Overload(&o.Summary, o.Records, rate)
 }
 
 // Cell is one grid cell of the batch × context table.
