@@ -631,8 +631,34 @@ func tuneGC(env *Env) func() {
 	}
 }
 
+// version is Version, and for a development build the commit it was built
+// from (Go stamps it into binaries built inside a git checkout).
 func version() string {
-	return Version
+	if Version != "dev" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return Version
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		return Version
+	}
+	return fmt.Sprintf("%s (commit %s%s, %s)", Version, rev, dirty, bi.GoVersion)
 }
 
 func cpuTime() time.Duration {

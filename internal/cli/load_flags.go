@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"math"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -22,11 +23,33 @@ type loadOptions struct {
 	Warmup         int
 	RampUp         time.Duration
 
-	fs *pflag.FlagSet
+	// allAtOnce: --rate inf became a closed loop at --max-concurrency.
+	allAtOnce bool
+	fs        *pflag.FlagSet
+}
+
+// vllmFlagNames maps vLLM benchmark_serving's flag names to ttft's, so that
+// a command line written for one runs the other where they mean the same.
+var vllmFlagNames = map[string]string{
+	"request-rate":      "rate",
+	"num-prompts":       "requests",
+	"base-url":          "target",
+	"random-input-len":  "prompt-tokens",
+	"random-output-len": "max-tokens",
+	"dataset-path":      "dataset",
+}
+
+// vllmAliases is a pflag normalizer accepting vllmFlagNames.
+func vllmAliases(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if to, ok := vllmFlagNames[name]; ok {
+		return pflag.NormalizedName(to)
+	}
+	return pflag.NormalizedName(name)
 }
 
 func addLoadFlags(fs *pflag.FlagSet, o *loadOptions) {
 	o.fs = fs
+	fs.SetNormalizeFunc(vllmAliases)
 	fs.IntVarP(&o.Concurrency, "concurrency", "c", 8, "closed loop: requests in flight at once (each sends its next when the previous ends)")
 	fs.Float64VarP(&o.Rate, "rate", "r", 0, "open loop: requests per second on a schedule (overrides --concurrency)")
 	fs.StringVar(&o.Arrival, "arrival", "poisson", "open-loop arrival process: poisson, gamma or constant")
@@ -39,6 +62,23 @@ func addLoadFlags(fs *pflag.FlagSet, o *loadOptions) {
 }
 
 func (o *loadOptions) validate() error {
+	if math.IsInf(o.Rate, 1) {
+		// vLLM's --request-rate inf: every request at once, at most
+		// --max-concurrency in flight; that is a closed loop of that many.
+		n := o.MaxConcurrency
+		if n == 0 {
+			n = o.Requests
+		}
+		if n <= 0 {
+			return usageErr("--rate inf sends every request at once: it needs --max-concurrency or --requests")
+		}
+		o.Rate, o.MaxConcurrency, o.Concurrency, o.allAtOnce = 0, 0, n, true
+		return o.validateRest(false)
+	}
+	return o.validateRest(true)
+}
+
+func (o *loadOptions) validateRest(checkCombos bool) error {
 	switch {
 	case o.Rate < 0:
 		return usageErr("--rate must be positive, got %v", o.Rate)
@@ -61,7 +101,7 @@ func (o *loadOptions) validate() error {
 	if o.Arrival == "gamma" && !(o.Burstiness > 0) {
 		return usageErr("--burstiness must be > 0, got %v", o.Burstiness)
 	}
-	if o.fs != nil {
+	if o.fs != nil && checkCombos {
 		// Flags that would be silently ignored are refused instead.
 		changed := o.fs.Changed
 		switch {
@@ -109,7 +149,7 @@ func (o *loadOptions) openLoop(src workload.Source) bool {
 // would be ignored; it is known only once the workload is (a scenario's
 // arrival process or a trace makes an open loop).
 func (o *loadOptions) checkOpenLoopFlags(src workload.Source) error {
-	if o.fs != nil && o.fs.Changed("max-concurrency") && !o.openLoop(src) {
+	if o.fs != nil && o.fs.Changed("max-concurrency") && !o.allAtOnce && !o.openLoop(src) {
 		return usageErr("--max-concurrency caps an open loop (--rate, a scenario's arrival rate or a trace); a closed loop has --concurrency requests in flight")
 	}
 	return nil

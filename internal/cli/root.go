@@ -90,8 +90,9 @@ func Main(ctx context.Context, env Env) int {
 
 func newRootCmd(env *Env) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "ttft",
-		Short: "Measure, simulate, route and analyse LLM time to first token",
+		Version: version(),
+		Use:     "ttft",
+		Short:   "Measure, simulate, route and analyse LLM time to first token",
 		Long: `ttft measures the time to the first token of streaming LLM endpoints
 (bench), simulates a vLLM-like serving engine (sim, plan), routes requests
 to the backend most likely to meet a TTFT SLO (gateway), and analyses

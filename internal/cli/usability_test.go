@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
 )
@@ -133,5 +135,45 @@ func TestWrongModelFailsFast(t *testing.T) {
 	code, stdout, _ = runCLI(t, "bench", "--target", srv.URL, "--model", "llama-3.1-8b", "-n", "3", "--no-progress", "--no-store", "--out", t.TempDir())
 	if code != ExitFail || chats.Load() != 4 || !strings.Contains(stdout, "http_status 3") {
 		t.Errorf("busy server: exit %d after %d requests; want the run to go on and record 3 failures\n%s", code, chats.Load(), stdout)
+	}
+}
+
+// vLLM benchmark_serving's flag names work where they mean the same, and
+// --request-rate inf is its "all at once, at most --max-concurrency".
+func TestVLLMFlagNames(t *testing.T) {
+	url, peak := slowServer(t, 50*time.Millisecond)
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--base-url", url, "--model", "m", "--num-prompts", "12", "--request-rate", "inf",
+		"--max-concurrency", "3", "--random-input-len", "32", "--random-output-len", "2", "--no-progress", "--no-store", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+	if err != nil || len(recs) != 12 || recs[0].PromptTokens != 32 || recs[0].MaxTokens != 2 {
+		t.Fatalf("%d records (%v), first %+v", len(recs), err, recs)
+	}
+	if p := peak(); p != 3 || !strings.Contains(stderr, "concurrency 3") {
+		t.Errorf("--request-rate inf --max-concurrency 3: %d in flight\n%s", p, stderr)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	code, stdout, _ := runCLI(t, "--version")
+	if code != 0 || !strings.HasPrefix(stdout, "ttft version ") {
+		t.Fatalf("exit %d, %q", code, stdout)
+	}
+}
+
+// A bench run has one ID: its directory's name is its ID in the database.
+func TestOneRunID(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "20990101-000000-abc123")
+	code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--out", out, "--db", filepath.Join(t.TempDir(), "db"))
+	var man record.Manifest
+	data, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &man)
+	}
+	if code != 0 || err != nil || !strings.Contains(stderr, "stored as run "+man.RunID+"\n") {
+		t.Fatalf("exit %d, manifest run_id %q (%v)\n%s", code, man.RunID, err, stderr)
 	}
 }

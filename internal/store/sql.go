@@ -155,6 +155,11 @@ func (s *sqlStore) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // survive being read aloud or retyped.
 const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
+// idChars are the characters of a run ID: the alphabet of generated IDs,
+// and the hex digits and dashes of the IDs ttft bench gives its runs
+// (20261202-014245-83d1c8). None is a LIKE metacharacter.
+const idChars = idAlphabet + "-"
+
 // newID returns 8 random characters (40 bits).
 func newID() (string, error) {
 	var b [8]byte
@@ -195,7 +200,7 @@ func (s *sqlStore) Save(ctx context.Context, in RunInput) (string, error) {
 }
 
 func (s *sqlStore) saveTx(ctx context.Context, tx *sql.Tx, in RunInput) (string, error) {
-	manifest, labels, err := manifestJSON(in.Manifest)
+	manifest, labels, runID, err := manifestJSON(in.Manifest)
 	if err != nil {
 		return "", err
 	}
@@ -223,11 +228,18 @@ func (s *sqlStore) saveTx(ctx context.Context, tx *sql.Tx, in RunInput) (string,
 	if started.IsZero() {
 		started = now
 	}
-	var id string
+	// The run keeps the ID its directory and manifest already carry (one
+	// ID for a run, wherever it is); a new one only when it has none, it is
+	// not of ID letters, or it is taken (the same directory imported twice).
+	id := strings.ToLower(runID)
+	if strings.Trim(id, idChars) != "" || len(id) > 64 {
+		id = ""
+	}
 	for tries := 0; ; tries++ {
-		id, err = newID()
-		if err != nil {
-			return "", err
+		if id == "" {
+			if id, err = newID(); err != nil {
+				return "", err
+			}
 		}
 		var n int
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM ttft_runs WHERE id = ?`), id).Scan(&n); err != nil {
@@ -239,6 +251,7 @@ func (s *sqlStore) saveTx(ctx context.Context, tx *sql.Tx, in RunInput) (string,
 		if tries > 10 {
 			return "", fmt.Errorf("could not find a free run id")
 		}
+		id = ""
 	}
 	_, err = tx.ExecContext(ctx, s.q(`INSERT INTO ttft_runs
 		(id, created_ns, started_ns, source, target, model, api, scenario, labels, manifest, summary, n_records, records_pruned)
@@ -304,9 +317,9 @@ func (s *sqlStore) insertRecords(ctx context.Context, tx *sql.Tx, id string, rec
 }
 
 // manifestJSON marshals a manifest and pulls out its "labels" object.
-func manifestJSON(m any) (json.RawMessage, map[string]string, error) {
+func manifestJSON(m any) (json.RawMessage, map[string]string, string, error) {
 	if m == nil {
-		return json.RawMessage("{}"), nil, nil
+		return json.RawMessage("{}"), nil, "", nil
 	}
 	var raw json.RawMessage
 	switch v := m.(type) {
@@ -317,18 +330,19 @@ func manifestJSON(m any) (json.RawMessage, map[string]string, error) {
 	default:
 		b, err := json.Marshal(m)
 		if err != nil {
-			return nil, nil, fmt.Errorf("encoding manifest: %w", err)
+			return nil, nil, "", fmt.Errorf("encoding manifest: %w", err)
 		}
 		raw = b
 	}
 	if len(raw) == 0 || string(raw) == "null" {
-		return json.RawMessage("{}"), nil, nil
+		return json.RawMessage("{}"), nil, "", nil
 	}
 	var probe struct {
+		RunID  string         `json:"run_id"`
 		Labels map[string]any `json:"labels"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, nil, fmt.Errorf("manifest is not a JSON object: %w", err)
+		return nil, nil, "", fmt.Errorf("manifest is not a JSON object: %w", err)
 	}
 	var labels map[string]string
 	for k, v := range probe.Labels {
@@ -343,7 +357,7 @@ func manifestJSON(m any) (json.RawMessage, map[string]string, error) {
 			labels[k] = string(b)
 		}
 	}
-	return raw, labels, nil
+	return raw, labels, probe.RunID, nil
 }
 
 const runCols = `id, created_ns, started_ns, source, target, model, api, scenario, labels, n_records, records_pruned`
@@ -581,8 +595,8 @@ func (s *sqlStore) Resolve(ctx context.Context, ref string) (string, error) {
 		}
 		return id, nil
 	}
-	if ref == "" || strings.Trim(ref, idAlphabet) != "" {
-		return "", fmt.Errorf("run %q: not a run ID (letters of %q), \"latest\" or a run directory: %w", ref, idAlphabet, ErrNotFound)
+	if ref == "" || strings.Trim(ref, idChars) != "" {
+		return "", fmt.Errorf("run %q: not a run ID (letters of %q), \"latest\" or a run directory: %w", ref, idChars, ErrNotFound)
 	}
 	// The alphabet has no LIKE metacharacters, so the prefix needs no escaping.
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM ttft_runs WHERE id LIKE ? ORDER BY id LIMIT 6`), ref+"%")
