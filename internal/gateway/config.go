@@ -47,6 +47,13 @@ type Config struct {
 	Retry   RetryConfig `yaml:"retry"`
 	Limits  Limits      `yaml:"limits"`
 	Health  Health      `yaml:"health"`
+
+	// PanicThreshold: when fewer than this share of the backends serving
+	// a request's model are available (healthy, circuit breaker closed),
+	// it goes to any healthy one, breakers ignored (default 0.5; negative:
+	// never). sched.Options.PanicThreshold says why.
+	PanicThreshold float64 `yaml:"panic_threshold"`
+
 	// AccessLog enables the JSON access log (default on).
 	AccessLog *bool `yaml:"access_log"`
 	// Translate lets a chat request go to a backend of the other API
@@ -56,6 +63,11 @@ type Config struct {
 	Backends  []BackendConfig `yaml:"backends"`
 	Routes    []Route         `yaml:"routes"`
 	Keys      []ClientKey     `yaml:"keys"`
+	// MetricsRequireKey makes /metrics ask for a client key, as the API
+	// endpoints do (needs keys). Off by default: Prometheus scrapers
+	// usually present none, and the metrics name no prompt, key or key
+	// name (backends, models' SLO classes, counts and latencies).
+	MetricsRequireKey bool `yaml:"metrics_require_key"`
 
 	// File is where the configuration came from ("" for flags), for errors.
 	File string `yaml:"-"`
@@ -76,9 +88,14 @@ type Limits struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"` // default 8 MiB
 	// HeaderTimeout bounds reading a client's request headers and body (default 10s).
 	HeaderTimeout Duration `yaml:"header_timeout"`
-	// FirstByteTimeout bounds a backend's wait before its first byte;
+	// FirstByteTimeout bounds a streamed answer's wait for its first token;
 	// exceeding it is a retriable failure (default 60s).
 	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// ResponseTimeout bounds the wait for a non-streamed answer, which
+	// arrives only when the backend has generated all of it (default 10m).
+	// It is not retried elsewhere once the backend has the request: a long
+	// answer would take as long there, for nothing.
+	ResponseTimeout Duration `yaml:"response_timeout"`
 	// IdleStreamTimeout bounds the silence between stream reads from a
 	// backend, and each write to a client (default 30s).
 	IdleStreamTimeout Duration `yaml:"idle_stream_timeout"`
@@ -317,6 +334,12 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 	if c.Explore < 0 || c.Explore > 0.5 {
 		return bad("must be between 0 and 0.5", "explore")
 	}
+	if c.PanicThreshold == 0 {
+		c.PanicThreshold = 0.5
+	}
+	if c.PanicThreshold > 1 {
+		return bad("must be at most 1 (a share of the backends; negative turns panic routing off)", "panic_threshold")
+	}
 	if c.Retry.Attempts == 0 {
 		c.Retry.Attempts = 3
 	}
@@ -342,6 +365,7 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 	}
 	def(&c.Limits.HeaderTimeout, 10*time.Second)
 	def(&c.Limits.FirstByteTimeout, 60*time.Second)
+	def(&c.Limits.ResponseTimeout, 10*time.Minute)
 	def(&c.Limits.IdleStreamTimeout, 30*time.Second)
 	def(&c.Health.Interval, 5*time.Second)
 	def(&c.Health.Timeout, 2*time.Second)
@@ -460,6 +484,9 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 		if k.RequestsPerMinute < 0 || k.TokensPerMinute < 0 {
 			return bad("rate limits must not be negative", "keys", i)
 		}
+	}
+	if c.MetricsRequireKey && len(c.Keys) == 0 {
+		return bad("needs client keys (keys)", "metrics_require_key")
 	}
 	return nil
 }

@@ -260,11 +260,11 @@ func (g *Gateway) apply(c *Config) error {
 	for i := range c.Keys {
 		st.keys[c.Keys[i].SHA256] = &c.Keys[i]
 	}
-	if old != nil && old.cfg.Policy == c.Policy && old.cfg.Explore == c.Explore {
+	if old != nil && old.cfg.Policy == c.Policy && old.cfg.Explore == c.Explore && old.cfg.PanicThreshold == c.PanicThreshold {
 		st.sched = old.sched
 		st.sched.SetBackends(sbs)
 	} else {
-		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore}, sbs)
+		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore, PanicThreshold: c.PanicThreshold}, sbs)
 		if err != nil {
 			return err
 		}
@@ -296,6 +296,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/models":
 		g.listModels(w, r)
 	case "/metrics":
+		if st := g.st.Load(); st.cfg.MetricsRequireKey {
+			if _, status, msg := g.authenticate(st, r); status != 0 {
+				writeError(w, false, status, "authentication_error", msg)
+				return
+			}
+		}
 		promhttp.HandlerFor(g.gather, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	case "/healthz":
 		w.Header().Set("Content-Type", "text/plain")
@@ -369,15 +375,22 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return s.serve(ctx, ln, 30*time.Second)
 	}
 	srv := &http.Server{
-		Handler:           g,
+		// Requests net/http frames more leniently than h1server are
+		// refused here (nethttp.go).
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !refuseAmbiguous(w, r) {
+				g.ServeHTTP(w, r)
+			}
+		}),
 		ReadHeaderTimeout: lim.HeaderTimeout.Std(),
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       framingContext,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(framingListener{ln}) }()
 	select {
 	case err := <-errc:
 		return err

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +86,29 @@ func (c *h1Client) put(pc *h1Conn) {
 	c.mu.Unlock()
 }
 
+// dropIdle closes the idle connections to addr. A connection error on one
+// of them (or a health-check transition) means the backend closed or
+// restarted: every connection it had open is as dead as the one that failed,
+// and trying them one by one would hand each failure to a client and to the
+// circuit breaker (a restarted backend stayed unusable until the pool's idle
+// timeout, 90 s).
+func (c *h1Client) dropIdle(addr string) {
+	c.mu.Lock()
+	l := c.idle[addr]
+	delete(c.idle, addr)
+	c.mu.Unlock()
+	for _, pc := range l {
+		pc.nc.Close()
+	}
+}
+
+// idleCount is the number of idle connections pooled for addr.
+func (c *h1Client) idleCount(addr string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.idle[addr])
+}
+
 // close closes the idle connections and stops pooling.
 func (c *h1Client) close() {
 	c.mu.Lock()
@@ -108,17 +133,22 @@ func hostPort(host string) string {
 // roundTrip sends req with exactly body (req.Body is not read) and returns
 // the response; its Body must be closed. A request that fails on a reused
 // idle connection before any response byte (the backend closed it while
-// idle) is sent once more on a new connection, as http.Transport does for
-// requests it knows were not processed.
+// idle, or restarted) is sent once more on a newly dialled connection, as
+// http.Transport does for requests it knows were not processed: not on
+// another pooled one, which is likely just as stale.
 func (c *h1Client) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
 	ctx := req.Context()
 	addr := hostPort(req.URL.Host)
-	for try := 0; ; try++ {
-		pc := c.get(addr, time.Now())
-		reused := pc != nil
+	pc := c.get(addr, time.Now())
+	for fresh := pc == nil; ; fresh = true {
 		if pc == nil {
 			nc, err := c.dial(ctx, "tcp", addr)
 			if err != nil {
+				if ctx.Err() == nil {
+					// Nothing listens there: pooled connections are to a
+					// process that is gone.
+					c.dropIdle(addr)
+				}
 				return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 			}
 			pc = &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
@@ -128,11 +158,13 @@ func (c *h1Client) roundTrip(req *http.Request, body []byte) (*http.Response, er
 			return resp, nil
 		}
 		pc.nc.Close()
-		if reused && try == 0 && ctx.Err() == nil && staleConnErr(err) {
-			continue
-		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("request to %s: %w (%v)", addr, ctx.Err(), err)
+		}
+		c.dropIdle(addr)
+		if !fresh && staleConnErr(err) {
+			pc = nil
+			continue
 		}
 		return nil, err
 	}
@@ -154,6 +186,11 @@ func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, req *http.Request, 
 	if err := writeRequest(pc.bw, req, body); err != nil {
 		stop()
 		return nil, fmt.Errorf("writing request to %s: %w", pc.addr, err)
+	}
+	// As http.Transport does: the caller may ask whether the backend got
+	// the whole request (a timeout after that is not a connect failure).
+	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.WroteRequest != nil {
+		tr.WroteRequest(httptrace.WroteRequestInfo{})
 	}
 	// Wait for the first byte apart, so that a connection the backend
 	// closed while idle (EOF or reset before any byte) is told from a
@@ -239,6 +276,10 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if err == io.EOF {
 		b.eof = true
+	} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// The backend died mid-answer (not our own cancellation, which
+		// poisons the deadline): its idle connections died with it.
+		b.c.dropIdle(b.pc.addr)
 	}
 	return n, err
 }

@@ -107,6 +107,12 @@ type srvConn struct {
 	aborted       atomic.Bool
 
 	linger bool // unread request bytes may remain: close gently
+	// readErr is the error that ended reading the socket (Read), so that
+	// a request body's decoding errors can be told from the connection's.
+	readErr error
+	// sndbufBound: the socket's send buffer was bounded for streaming
+	// (boundSendBuffer).
+	sndbufBound bool
 
 	line []byte // scratch for request lines longer than br's buffer
 	pend []byte // body bytes written before the response is committed
@@ -332,6 +338,37 @@ func (c *srvConn) abort(cause error) {
 	c.nc.Close()
 }
 
+// Read is the connection's socket reader (under br); it keeps the error
+// that ended it.
+func (c *srvConn) Read(p []byte) (int, error) {
+	n, err := c.nc.Read(p)
+	if err != nil {
+		c.readErr = err
+	}
+	return n, err
+}
+
+// streamSendBuffer is the socket send buffer of a connection that streams
+// (the kernel doubles it for its bookkeeping): small enough that a client
+// that stops reading blocks the gateway's writes after a few KiB, which
+// the sweeper then times out; ample for token streams (32 KiB per
+// round trip: 320 KiB/s at 100 ms).
+const streamSendBuffer = 16 << 10
+
+// boundSendBuffer bounds the send buffer of a connection that streams, once
+// per connection. A write to a socket succeeds as long as its send buffer
+// has room, and Linux grows that buffer up to tcp_wmem's maximum (4 MiB,
+// and on loopback it starts at megabytes): without a bound, a client that
+// stops reading a stream of less than that never blocks a write, so the
+// write timeout never sees it, and the stream (and its backend) runs to
+// its end for nobody.
+func (c *srvConn) boundSendBuffer() {
+	c.sndbufBound = true
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(streamSendBuffer)
+	}
+}
+
 // Write is the connection's socket writer (under bw): it marks the write
 // as in progress so that the sweeper can end one that a client stalls.
 func (c *srvConn) Write(p []byte) (int, error) {
@@ -346,7 +383,7 @@ func (c *srvConn) Write(p []byte) (int, error) {
 func (c *srvConn) serve() {
 	s := c.s
 	c.br = s.readPool.Get().(*bufio.Reader)
-	c.br.Reset(c.nc)
+	c.br.Reset(c)
 	defer func() {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
@@ -787,8 +824,13 @@ func (b *srvBody) Read(p []byte) (int, error) {
 		b.eof = true
 		b.c.bodyRead.Store(true)
 	} else if err != nil {
-		if errors.Is(err, net.ErrClosed) && b.c.aborted.Load() {
+		switch {
+		case errors.Is(err, net.ErrClosed) && b.c.aborted.Load():
 			err = errReadTimeout
+		case b.chunked && b.c.readErr == nil:
+			// The connection is fine: the chunked framing is not (a
+			// chunk size that is not hex, data not followed by CRLF).
+			err = &httpError{status: http.StatusBadRequest, msg: "chunked framing: " + err.Error()}
 		}
 		b.err = err
 	}
@@ -827,6 +869,10 @@ func (c *srvConn) skipTrailers() error {
 	}
 }
 
+// maxDrain is the most of a body the handler left unread that is read (and
+// discarded) to keep its connection for another request.
+const maxDrain = 256 << 10
+
 // drain reads what the handler left of a body so that the next request can
 // be read; it reports false when the connection cannot be reused.
 func (b *srvBody) drain() bool {
@@ -836,11 +882,11 @@ func (b *srvBody) drain() bool {
 	if b.err != nil {
 		return false
 	}
-	if !b.chunked && b.left > 256<<10 {
+	if !b.chunked && b.left > maxDrain {
 		return false
 	}
-	n, err := io.Copy(io.Discard, io.LimitReader(b, 256<<10+1))
-	return err == nil && n <= 256<<10 && b.eof
+	n, err := io.Copy(io.Discard, io.LimitReader(b, maxDrain+1))
+	return err == nil && n <= maxDrain && b.eof
 }
 
 // handle runs the handler for one request and finishes its response. It
@@ -1010,6 +1056,12 @@ func (w *srvResponse) commit(final bool) {
 	if strings.EqualFold(h.Get("Connection"), "close") || w.c.s.closing.Load() {
 		w.keepAlive = false
 	}
+	if b, ok := w.req.Body.(*srvBody); ok && !b.eof && (b.err != nil || b.expect || (!b.chunked && b.left > maxDrain)) {
+		// The rest of the body cannot be read (malformed, never asked for
+		// with 100 Continue, or too long to drain): handle will close the
+		// connection, so the answer says so.
+		w.keepAlive = false
+	}
 	w.c.line = statusLine(w.c.line[:0], w.status)
 	bw.Write(w.c.line)
 	w.writeHeaderFields(true)
@@ -1113,6 +1165,10 @@ func (w *srvResponse) FlushError() error {
 	}
 	if w.finished {
 		return nil
+	}
+	if !w.c.sndbufBound {
+		// A flushed response is a stream.
+		w.c.boundSendBuffer()
 	}
 	if !w.committed {
 		w.commit(false)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,9 @@ func (g *Gateway) checkAll(st *state, fails map[string]int) {
 		if r.err == nil {
 			if !u.sb.Healthy() {
 				g.log.Info("backend up", "backend", r.name)
+				// Back up, most likely restarted: connections pooled
+				// before are to the old process.
+				g.dropIdle(u)
 			}
 			fails[r.name] = 0
 			u.sb.SetHealthy(true)
@@ -87,7 +91,19 @@ func (g *Gateway) checkAll(st *state, fails map[string]int) {
 		if fails[r.name] >= hc.Failures && u.sb.Healthy() {
 			g.log.Warn("backend down", "backend", r.name, "error", r.err.Error())
 			u.sb.SetHealthy(false)
+			g.dropIdle(u)
 		}
+	}
+}
+
+// dropIdle closes the gateway's idle pooled connections to u (plain-http
+// backends; http.Transport notices closed idle connections by itself).
+func (g *Gateway) dropIdle(u *upstream) {
+	if g.h1 == nil {
+		return
+	}
+	if pu, err := url.Parse(u.cfg.URL); err == nil && pu.Scheme == "http" {
+		g.h1.dropIdle(hostPort(pu.Host))
 	}
 }
 

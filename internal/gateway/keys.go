@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type bucket struct {
 	last   time.Time
 	rate   float64
 	burst  float64
+	// owed are tokens charged by owe and not yet taken from tokens: a
+	// stream charges its output as it goes with an atomic add per read,
+	// not the mutex; allow and charge settle the debt.
+	owed atomic.Int64
 }
 
 func newBucket(perMinute float64, now time.Time) *bucket {
@@ -49,6 +54,7 @@ func (b *bucket) refill(now time.Time) {
 		b.tokens = math.Min(b.burst, b.tokens+dt*b.rate)
 		b.last = now
 	}
+	b.tokens -= float64(b.owed.Swap(0))
 }
 
 // allow takes n if at least min(n, burst) is available; otherwise it
@@ -64,6 +70,9 @@ func (b *bucket) allow(now time.Time, n float64) (bool, time.Duration) {
 	}
 	return false, time.Duration((need - b.tokens) / b.rate * float64(time.Second))
 }
+
+// owe charges n tokens without taking the mutex (see owed).
+func (b *bucket) owe(n int) { b.owed.Add(int64(n)) }
 
 // charge takes n unconditionally.
 func (b *bucket) charge(now time.Time, n float64) {

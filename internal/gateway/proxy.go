@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,10 @@ type exchange struct {
 	errMsg    string
 	canceled  bool
 	admission string
+	// tok is the client key's token bucket (nil: no token limit), and
+	// charged the output tokens charged to it so far.
+	tok     *bucket
+	charged int
 	// translated is "from->to" when the backend speaks the other API.
 	translated string
 	span       trace.Span
@@ -165,8 +170,19 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 				return
 			}
 		}
+		if kl.tok != nil {
+			x.tok = kl.tok
+			defer x.settleOutput()
+		}
 	}
 	lim := st.cfg.Limits
+	if r.ContentLength > lim.MaxBodyBytes {
+		// Refused on its declared length, before a byte of it is read
+		// (or, to a client waiting for 100 Continue, asked for).
+		x.status, x.errMsg = http.StatusRequestEntityTooLarge, "body too large"
+		writeError(w, anthropic, x.status, "invalid_request_error", fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes))
+		return
+	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(lim.HeaderTimeout.Std()))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes))
@@ -176,6 +192,16 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		if errors.As(err, &mbe) {
 			x.status, x.errMsg = http.StatusRequestEntityTooLarge, "body too large"
 			writeError(w, anthropic, x.status, "invalid_request_error", fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes))
+			return
+		}
+		// A body whose framing the server found malformed (h1server.go;
+		// nethttp.go behind Go's server) is the client's error, not a
+		// client that went away.
+		var he *httpError
+		if errors.As(err, &he) || framingBroken(r) {
+			x.status, x.errMsg = http.StatusBadRequest, "malformed request body: "+err.Error()
+			w.Header().Set("Connection", "close")
+			writeError(w, anthropic, x.status, "invalid_request_error", x.errMsg)
 			return
 		}
 		x.status, x.errMsg, x.canceled = 499, "reading body: "+err.Error(), true
@@ -236,6 +262,10 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 	sreq := sched.Request{API: x.api, Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class}
 	degraded := false
 	var lastErr *attemptError
+	// retryFrom is the backend whose failure the next attempt retries: the
+	// retry is counted once that attempt is sent, not when it is decided
+	// (there may be no other backend to retry on).
+	retryFrom, retryReason := "", ""
 	for {
 		t0 := time.Now()
 		t, err := st.sched.Pick(&sreq)
@@ -247,9 +277,15 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		}
 		g.m.schedTime.Observe(time.Since(t0).Seconds())
 		if err != nil {
+			if retryFrom != "" {
+				g.budget.deposit(1) // the retry withdrawn for did not happen
+			}
 			switch {
 			case lastErr != nil:
 				x.status, x.errMsg = lastErr.status, lastErr.msg
+				span.SetStatus(codes.Error, x.errMsg)
+				writeAttemptError(w, anthropic, lastErr, x.errMsg)
+				return
 			case errors.Is(err, sched.ErrNoBackend):
 				x.status, x.errMsg = http.StatusNotFound, err.Error()
 			default:
@@ -307,6 +343,10 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 			}
 			x.translated = x.api + "->" + bx.api
 		}
+		if retryFrom != "" {
+			g.m.retries.WithLabelValues(retryFrom, retryReason).Inc()
+			retryFrom = ""
+		}
 		ae := g.attempt(ctx, w, r, x, t, u, bx, lim)
 		if ae == nil {
 			return
@@ -314,20 +354,58 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, anthropic bo
 		if !ae.retriable || ae.committed {
 			x.status, x.errMsg = ae.status, ae.msg
 			if !ae.committed {
-				writeError(w, anthropic, ae.status, "api_error", ae.msg)
+				writeAttemptError(w, anthropic, ae, ae.msg)
 			}
 			return
 		}
-		lastErr = ae
+		lastErr = reportable(lastErr, ae)
 		if x.attempts >= st.cfg.Retry.Attempts || !g.budget.withdraw() {
-			x.status, x.errMsg = ae.status, ae.msg
-			span.SetStatus(codes.Error, ae.msg)
-			writeError(w, anthropic, ae.status, "api_error", fmt.Sprintf("backend failed after %d attempt(s): %s", x.attempts, ae.msg))
+			x.status, x.errMsg = lastErr.status, lastErr.msg
+			span.SetStatus(codes.Error, x.errMsg)
+			writeAttemptError(w, anthropic, lastErr, fmt.Sprintf("backend failed after %d attempt(s): %s", x.attempts, x.errMsg))
 			return
 		}
-		g.m.retries.WithLabelValues(t.Backend.Name(), ae.reason).Inc()
+		retryFrom, retryReason = t.Backend.Name(), ae.reason
 		sreq.Exclude = append(sreq.Exclude, t.Backend.Name())
 	}
+}
+
+// reportable is the failure a request's client hears of, given the one
+// reported so far (prev, nil for none) and a new one: 429, with the
+// soonest Retry-After, only when every backend tried answered 429 (waiting
+// is then the remedy); otherwise the latest other failure.
+func reportable(prev, ae *attemptError) *attemptError {
+	if prev == nil {
+		return ae
+	}
+	busy := http.StatusTooManyRequests
+	switch {
+	case prev.status == busy && ae.status == busy:
+		if ae.retryAfter == "" {
+			ae.retryAfter = prev.retryAfter
+		} else if p, err := strconv.Atoi(prev.retryAfter); err == nil {
+			if a, err := strconv.Atoi(ae.retryAfter); err == nil && p < a {
+				ae.retryAfter = prev.retryAfter
+			}
+		}
+		return ae
+	case ae.status == busy:
+		return prev
+	}
+	return ae
+}
+
+// writeAttemptError answers with a failed attempt's status; a 429 carries
+// the backend's Retry-After.
+func writeAttemptError(w http.ResponseWriter, anthropic bool, ae *attemptError, msg string) {
+	typ := "api_error"
+	if ae.status == http.StatusTooManyRequests {
+		typ = "rate_limit_error"
+		if ae.retryAfter != "" {
+			w.Header().Set("Retry-After", ae.retryAfter)
+		}
+	}
+	writeError(w, anthropic, ae.status, typ, msg)
 }
 
 func (g *Gateway) rateLimited(w http.ResponseWriter, x *exchange, wait time.Duration, msg string) {
@@ -342,7 +420,9 @@ func (g *Gateway) rateLimited(w http.ResponseWriter, x *exchange, wait time.Dura
 func resolveSLO(h http.Header, route *Route, st *state, model string) (time.Duration, string, error) {
 	if v := h.Get(HeaderSLOMs); v != "" {
 		ms, err := strconv.ParseFloat(v, 64)
-		if err != nil || ms <= 0 || ms > 3_600_000 {
+		// Written so that NaN (which ParseFloat accepts) fails it, as does
+		// a value that rounds to no time at all.
+		if err != nil || !(ms > 0 && ms <= 3_600_000) || time.Duration(ms*float64(time.Millisecond)) <= 0 {
 			return 0, "", fmt.Errorf("header %s: %q is not a positive number of milliseconds", HeaderSLOMs, v)
 		}
 		class := "custom"
@@ -400,6 +480,8 @@ type attemptError struct {
 	reason    string
 	retriable bool
 	committed bool
+	// retryAfter is a backend's 429 Retry-After header.
+	retryAfter string
 }
 
 // hopHeaders are never forwarded in either direction; clientSecrets are the
@@ -496,12 +578,29 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// One timer bounds both the wait for the first byte and each later
-	// silence; it cancels the backend request when it fires.
+	// silence; it cancels the backend request when it fires. A
+	// non-streamed answer's first byte comes when all of it is generated,
+	// so its wait has a bound of its own.
 	var stalled atomic.Bool
-	timer := time.AfterFunc(lim.FirstByteTimeout.Std(), func() { stalled.Store(true); cancel() })
+	firstWait := lim.FirstByteTimeout.Std()
+	if !x.stream {
+		firstWait = lim.ResponseTimeout.Std()
+	}
+	timer := time.AfterFunc(firstWait, func() { stalled.Store(true); cancel() })
 	defer timer.Stop()
+	// sent is set once the whole request is on its way to the backend
+	// (non-streamed requests only: only their timeouts ask).
+	var sent atomic.Bool
+	rctx := actx
+	if !x.stream {
+		rctx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				sent.Store(true)
+			}
+		}})
+	}
 
-	out, err := http.NewRequestWithContext(actx, http.MethodPost, u.cfg.URL+bx.path, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(rctx, http.MethodPost, u.cfg.URL+bx.path, bytes.NewReader(body))
 	if err != nil {
 		t.End(sched.OutcomeCanceled)
 		return &attemptError{status: http.StatusInternalServerError, msg: "building backend request: " + err.Error()}
@@ -527,24 +626,54 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	g.setBackendAuth(out.Header, u)
 	traceContext.Inject(actx, propagation.HeaderCarrier(out.Header))
 
-	fail := func(status int, reason, msg string) *attemptError {
-		o := sched.OutcomeFailed
+	// failAs ends an attempt that failed before anything reached the
+	// client, as outcome o, unless the client went away (then it is the
+	// client's doing: no mark against the backend, nothing to retry).
+	failAs := func(o sched.Outcome, retriable bool, status int, reason, msg string) *attemptError {
 		if ctx.Err() != nil && !stalled.Load() {
-			o = sched.OutcomeCanceled
+			o, retriable = sched.OutcomeCanceled, false
 			x.canceled = true
 		}
 		t.End(o)
-		return &attemptError{status: status, reason: reason, msg: msg, retriable: o == sched.OutcomeFailed}
+		return &attemptError{status: status, reason: reason, msg: msg, retriable: retriable}
+	}
+	fail := func(status int, reason, msg string) *attemptError {
+		return failAs(sched.OutcomeFailed, true, status, reason, msg)
+	}
+	// timedOut ends an attempt the first-byte timer cut, with 504 whether
+	// or not headers had come. A stream's first token is retried elsewhere.
+	// A non-streamed answer the backend accepted (answer bytes came, or
+	// the whole request was sent and health checks pass) is not: it is
+	// long, and would be as long on another backend (three times the work,
+	// then the same 504); nor is it held against the backend.
+	timedOut := func(reason string, accepted bool) *attemptError {
+		if x.stream {
+			return fail(http.StatusGatewayTimeout, reason, fmt.Sprintf("backend %s sent no token within %v (limits.first_byte_timeout)", u.cfg.Name, lim.FirstByteTimeout.Std()))
+		}
+		msg := fmt.Sprintf("backend %s sent no answer within %v; limits.response_timeout bounds a non-streamed answer (or stream it)", u.cfg.Name, lim.ResponseTimeout.Std())
+		if accepted {
+			return failAs(sched.OutcomeNoVerdict, false, http.StatusGatewayTimeout, "response_timeout", msg)
+		}
+		return fail(http.StatusGatewayTimeout, "response_timeout", msg)
 	}
 	resp, err := g.roundTrip(out, body)
 	if err != nil {
 		if stalled.Load() {
-			return fail(http.StatusGatewayTimeout, "first_byte_timeout", fmt.Sprintf("backend %s sent nothing within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
+			return timedOut("first_byte_timeout", sent.Load() && u.sb.Healthy())
 		}
 		return fail(http.StatusBadGateway, "connect", fmt.Sprintf("backend %s unreachable", u.cfg.Name))
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// The backend is up and shedding load: retried elsewhere, not
+		// held against it; when every backend tried says 429, the client
+		// gets 429 and the backend's Retry-After.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		ae := failAs(sched.OutcomeNoVerdict, true, http.StatusTooManyRequests, "status_429", fmt.Sprintf("backend %s answered 429 (too many requests)", u.cfg.Name))
+		ae.retryAfter = resp.Header.Get("Retry-After")
+		return ae
+	}
+	if resp.StatusCode >= 500 {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return fail(http.StatusBadGateway, "status_"+strconv.Itoa(resp.StatusCode), fmt.Sprintf("backend %s answered %d", u.cfg.Name, resp.StatusCode))
 	}
@@ -568,26 +697,25 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if m > 0 {
 			arrived = time.Now()
 		}
-		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], backendAnthropic)) {
+		if n > 0 && (!isStream || n == len(buf) || readyToCommit(buf[:n], backendAnthropic, rerr != nil)) {
 			break
 		}
 		if rerr != nil {
 			if !isStream && n == 0 && rerr == io.EOF && resp.StatusCode >= 300 {
 				break // an empty error answer is still an answer
 			}
-			reason, msg := "cut_before_first_token", fmt.Sprintf("backend %s ended before its first token", u.cfg.Name)
 			if stalled.Load() {
-				reason, msg = "first_token_timeout", fmt.Sprintf("backend %s sent no token within %v", u.cfg.Name, lim.FirstByteTimeout.Std())
+				return timedOut("first_token_timeout", true)
 			}
-			return fail(http.StatusBadGateway, reason, msg)
+			return fail(http.StatusBadGateway, "cut_before_first_token", fmt.Sprintf("backend %s ended before its first token", u.cfg.Name))
 		}
 	}
 	// The first-token timer must not fire once the client has been
 	// answered: stop it before committing. If it already fired, the
-	// backend request is cancelled, but the client has seen nothing, so the
-	// attempt is still retriable.
+	// backend request is cancelled, but the client has seen nothing, so a
+	// stream is still retriable.
 	if !timer.Stop() {
-		return fail(http.StatusGatewayTimeout, "first_token_timeout", fmt.Sprintf("backend %s sent no token within %v", u.cfg.Name, lim.FirstByteTimeout.Std()))
+		return timedOut("first_token_timeout", true)
 	}
 	// A whole answer in the other API is read and translated before
 	// anything is committed: one that cannot be translated is a gateway
@@ -685,7 +813,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			// is in the client's TTFT or ITL.
 			tokens := 0
 			xout = xout[:0]
-			k := splitEvents(pending, func(ev []byte) {
+			k := splitEventsEnd(pending, readErr != nil, func(ev []byte) {
 				si := classify(ev, backendAnthropic)
 				if tr != nil {
 					xout = tr.Event(xout, ev)
@@ -745,6 +873,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			// token's time is the read's, and the gaps between tokens of
 			// one read are zero.
 			x.events += tokens
+			if x.tok != nil && tokens > 0 {
+				// Output counts against the key's token limit as it
+				// streams (a token per token event; settleOutput adds
+				// what the usage reports beyond), so that the key's next
+				// request is refused once the budget is spent.
+				x.tok.owe(tokens)
+				x.charged += tokens
+			}
 			if tokens > 0 && last.IsZero() {
 				tokens--
 				ttft := t.FirstTokenAt(arrived)
@@ -817,6 +953,16 @@ func (x *exchange) usageFrom(body []byte) {
 	}
 }
 
+// settleOutput charges the key's token bucket for the output tokens the
+// backend's usage reports beyond those charged as they streamed: all of a
+// whole answer's.
+func (x *exchange) settleOutput() {
+	if n := x.outTokens - x.charged; n > 0 {
+		x.tok.charge(time.Now(), float64(n))
+		x.charged += n
+	}
+}
+
 // bodyFinisher is a ResponseWriter that can end its response before the
 // handler returns (the gateway's own server, h1server.go).
 type bodyFinisher interface{ FinishBody() error }
@@ -832,10 +978,10 @@ func (g *Gateway) roundTrip(req *http.Request, body []byte) (*http.Response, err
 }
 
 // readyToCommit reports whether the complete events in b include a token,
-// the stream's end or an error event.
-func readyToCommit(b []byte, anthropic bool) bool {
+// the stream's end or an error event; end says that no byte follows b.
+func readyToCommit(b []byte, anthropic, end bool) bool {
 	ready := false
-	splitEvents(b, func(ev []byte) {
+	splitEventsEnd(b, end, func(ev []byte) {
 		if !ready {
 			si := classify(ev, anthropic)
 			ready = si.token || si.done || si.errEv

@@ -15,10 +15,17 @@ import (
 // Lines end in LF, CRLF or CR (the SSE grammar); a CR as the very last byte
 // is undecided (it may be the start of a CRLF) and waits for the next byte.
 func splitEvents(b []byte, fn func(ev []byte)) int {
+	return splitEventsEnd(b, false, fn)
+}
+
+// splitEventsEnd is splitEvents where atEnd says that the stream ended
+// after b (its last read came with an error): no byte follows, so a CR as
+// the very last byte ends its line instead of waiting for a possible LF.
+func splitEventsEnd(b []byte, atEnd bool, fn func(ev []byte)) int {
 	if bytes.IndexByte(b, '\r') < 0 {
 		return splitEventsLF(b, fn)
 	}
-	return splitEventsAny(b, fn)
+	return splitEventsAny(b, atEnd, fn)
 }
 
 var lflf = []byte("\n\n")
@@ -46,8 +53,8 @@ func splitEventsLF(b []byte, fn func(ev []byte)) int {
 	return start
 }
 
-// splitEventsAny is splitEvents for lines ending in LF, CRLF or CR.
-func splitEventsAny(b []byte, fn func(ev []byte)) int {
+// splitEventsAny is splitEventsEnd for lines ending in LF, CRLF or CR.
+func splitEventsAny(b []byte, atEnd bool, fn func(ev []byte)) int {
 	start := 0
 	lineStart := true
 	for i := 0; i < len(b); {
@@ -64,10 +71,10 @@ func splitEventsAny(b []byte, fn func(ev []byte)) int {
 		}
 		tl := 1
 		if c == '\r' {
-			if i+1 == len(b) {
+			if i+1 == len(b) && !atEnd {
 				break
 			}
-			if b[i+1] == '\n' {
+			if i+1 < len(b) && b[i+1] == '\n' {
 				tl = 2
 			}
 		}

@@ -45,7 +45,7 @@ func FuzzSplitEvents(f *testing.F) {
 		if bytes.IndexByte(in, '\r') < 0 {
 			var fast, general [][]byte
 			kf := splitEventsLF(in, func(ev []byte) { fast = append(fast, bytes.Clone(ev)) })
-			kg := splitEventsAny(in, func(ev []byte) { general = append(general, bytes.Clone(ev)) })
+			kg := splitEventsAny(in, false, func(ev []byte) { general = append(general, bytes.Clone(ev)) })
 			if kf != kg || !slices.EqualFunc(fast, general, bytes.Equal) {
 				t.Fatalf("LF fast path: %q up to %d; general: %q up to %d", fast, kf, general, kg)
 			}

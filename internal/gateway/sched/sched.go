@@ -84,6 +84,14 @@ type Options struct {
 	// BlockTokens is the token estimate of one hashed block (default
 	// DefaultBlockBytes/4).
 	BlockTokens int
+	// PanicThreshold is the share of the backends serving a request's
+	// model and API that must be available (healthy, breaker admitting)
+	// for circuit breakers to be obeyed. Below it, requests go to every
+	// healthy backend, breakers ignored, as with Envoy's healthy panic
+	// threshold: a burst of failures (many of them the requests' own)
+	// must not take a whole fleet out of rotation and answer 503 to
+	// requests that would have succeeded. Default 0.5; negative disables.
+	PanicThreshold float64
 }
 
 // Scheduler picks backends. It is safe for concurrent use; backends can be
@@ -113,6 +121,9 @@ func New(opts Options, backends []*Backend) (*Scheduler, error) {
 	if opts.Explore == 0 {
 		opts.Explore = 0.03
 	}
+	if opts.PanicThreshold == 0 {
+		opts.PanicThreshold = 0.5
+	}
 	if opts.BlockTokens <= 0 {
 		opts.BlockTokens = DefaultBlockBytes / 4
 	}
@@ -138,6 +149,7 @@ func (s *Scheduler) Backends() []*Backend { return *s.backends.Load() }
 // candidate is one backend that passed the filters, with what scoring learnt.
 type candidate struct {
 	b        *Backend
+	brOK     bool // the breaker admits it
 	sloOK    bool
 	matched  int // leading prefix blocks in the index
 	uncached int
@@ -189,18 +201,39 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	var buf [32]candidate
 	cands := buf[:0]
 	serves := false
+	// The panic threshold is a property of the fleet, not of this
+	// request's retries: backends it excluded count too.
+	total, avail := 0, 0
 	for _, b := range all {
-		if !b.serves(req.API, req.Model) || slices.Contains(req.Exclude, b.Spec.Name) {
+		if !b.serves(req.API, req.Model) {
+			continue
+		}
+		total++
+		brOK := b.admissible(now)
+		if brOK {
+			avail++
+		}
+		if slices.Contains(req.Exclude, b.Spec.Name) {
 			continue
 		}
 		serves = true
-		if !b.admissible(now) {
+		if !b.Healthy() {
 			continue
 		}
 		if mc := b.Spec.MaxConcurrency; mc > 0 && b.inFlight.Load() >= int64(mc) {
 			continue
 		}
-		cands = append(cands, candidate{b: b, sloOK: b.sloOK(now)})
+		cands = append(cands, candidate{b: b, brOK: brOK, sloOK: b.sloOK(now)})
+	}
+	if pt := s.opts.PanicThreshold; pt <= 0 || float64(avail) >= pt*float64(total) {
+		n := 0
+		for i := range cands {
+			if cands[i].brOK {
+				cands[n] = cands[i]
+				n++
+			}
+		}
+		cands = cands[:n]
 	}
 	if len(cands) == 0 {
 		if !serves {
@@ -463,10 +496,16 @@ type Outcome int
 const (
 	// OutcomeOK: the backend answered (any status below 500 but 429).
 	OutcomeOK Outcome = iota
-	// OutcomeFailed: transport error, 5xx, 429, stall or cut stream.
+	// OutcomeFailed: transport error, 5xx, stall or cut stream.
 	OutcomeFailed
 	// OutcomeCanceled: the client went away; says nothing about the backend.
 	OutcomeCanceled
+	// OutcomeNoVerdict: the backend answered or worked, but not in a way
+	// that says whether it is healthy: it shed load (429), or a long
+	// non-streamed answer outlasted the gateway's timeout. Neither counts
+	// toward the breaker, or a client's long requests (or a fleet busy
+	// enough to answer 429) would open the breakers of backends that work.
+	OutcomeNoVerdict
 )
 
 // FirstToken records the first token's arrival: the request leaves the
@@ -507,7 +546,7 @@ func (t *Ticket) End(o Outcome) {
 	}
 	t.Backend.inFlight.Add(-1)
 	switch o {
-	case OutcomeCanceled:
+	case OutcomeCanceled, OutcomeNoVerdict:
 		t.Backend.releaseTrial(t.trial, t.probe)
 	case OutcomeFailed:
 		t.Backend.reportOutcome(now, false, t.trial)
