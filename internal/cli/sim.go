@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
@@ -201,6 +202,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 		textPrompts bool
 		db          string
 		noStore     bool
+		labels      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -260,8 +262,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				opt.MaxInFlight = load.MaxConcurrency
 			}
 			var w *record.JSONLWriter
+			runID := newRunID(time.Now())
 			if out == "" {
-				out = filepath.Join(dataDir(env), "runs", newRunID(time.Now()))
+				out = filepath.Join(dataDir(env), "runs", runID)
 			}
 			{
 				if err := os.MkdirAll(out, 0o755); err != nil {
@@ -312,12 +315,13 @@ func newSimRunCmd(env *Env) *cobra.Command {
 					return failErr("%v", err)
 				}
 				host, _ := os.Hostname()
-				man := record.Manifest{Schema: record.ManifestSchema, Tool: "ttft", ToolVersion: Version, Command: "sim run", Args: env.Args, Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
+				man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: redactArgs(env.Args), Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
 					Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
 					Started: opt.Start, Ended: opt.Start.Add(st.Virtual),
 					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": "1", "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
 						"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
 					Flags: changedFlags(cmd.Flags())}
+				maps.Copy(man.Labels, parseLabels(labels))
 				if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
 					return failErr("%v", err)
 				}
@@ -352,6 +356,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 	fs.StringVar(&out, "out", "", "directory for requests.jsonl, summary.json and manifest.json (default: a new directory under the ttft data directory)")
 	fs.StringVar(&db, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
 	fs.BoolVar(&noStore, "no-store", false, "do not record the run in the results database")
+	fs.StringArrayVar(&labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
 	fs.Int64Var(&seed, "load-seed", 1, "seed for arrivals and the bootstrap")
 	fs.BoolVar(&textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
 	return cmd

@@ -106,6 +106,11 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 		}
 		args = append(args, passthrough...)
 		args = append(args, p.Args()...)
+		// Each point is stored labelled with its settings, so that
+		// "ttft runs list --label concurrency=8" finds it.
+		for _, st := range p.Settings {
+			args = append(args, "--label", st.Name+"="+st.Value)
+		}
 		args = append(args, "--out", dir)
 		return runSubcommand(ctx, env, args, dir)
 	}
@@ -149,6 +154,15 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 	}
 	if werr := writeSweepJSON(filepath.Join(out, "sweep.json"), results, nil); werr != nil && err == nil {
 		err = werr
+	}
+	if ctx.Err() != nil {
+		// Ctrl-C: what ran is written and shown, and the exit says so.
+		printSweepTable(env.Stdout, results)
+		cut := "before its first point"
+		if n := len(results); n > 0 && results[n-1].Outcome.Incomplete {
+			cut = fmt.Sprintf("during %s, kept as incomplete", results[n-1].Point.Label())
+		}
+		return &exitError{code: 130, err: fmt.Errorf("sweep interrupted %s: %d of %d points in %s", cut, len(results), len(points), out)}
 	}
 	printSweepTable(env.Stdout, results)
 	if o.Grid != "" {
@@ -393,7 +407,9 @@ type sweepPointJSON struct {
 	Error     string            `json:"error,omitempty"`
 	Skipped   bool              `json:"skipped,omitempty"`
 	Saturated string            `json:"saturated,omitempty"`
-	Summary   *record.Summary   `json:"summary,omitempty"`
+	// Incomplete: the sweep was interrupted during this point.
+	Incomplete bool            `json:"incomplete,omitempty"`
+	Summary    *record.Summary `json:"summary,omitempty"`
 }
 
 func writeSweepJSON(path string, results []sweep.Result, search *sweep.SearchResult) error {
@@ -403,7 +419,7 @@ func writeSweepJSON(path string, results []sweep.Result, search *sweep.SearchRes
 		Search *sweep.SearchResult `json:"search,omitempty"`
 	}{Schema: "ttft.sweep/v1", Search: search}
 	for _, r := range results {
-		p := sweepPointJSON{Index: r.Point.Index, Settings: map[string]string{}, Dir: r.Outcome.Dir, Skipped: r.Skipped, Saturated: r.Saturated}
+		p := sweepPointJSON{Index: r.Point.Index, Settings: map[string]string{}, Dir: r.Outcome.Dir, Skipped: r.Skipped, Saturated: r.Saturated, Incomplete: r.Outcome.Incomplete}
 		for _, s := range r.Point.Settings {
 			p.Settings[s.Name] = s.Value
 		}
@@ -438,6 +454,9 @@ func printSweepTable(w io.Writer, results []sweep.Result) {
 		}
 		if r.Saturated != "" {
 			note = strings.TrimSpace(note + " saturated")
+		}
+		if r.Outcome.Incomplete {
+			note = strings.TrimSpace(note + " incomplete (interrupted)")
 		}
 		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%s\n", r.Point.Label(),
 			s.Requests.Completed, s.Requests.Failed, s.JudgedTTFT().P50, s.JudgedTTFT().P95, s.JudgedTTFT().P99, s.ITL.P50, s.E2E.P95,

@@ -67,6 +67,23 @@ func TestSweepSimGrid(t *testing.T) {
 	}
 }
 
+// Each point is stored labelled with its settings.
+func TestSweepPointsAreLabelled(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ttft.db")
+	code, out, errs := runSweepCLI(t, "sweep", "--sim", "--out", t.TempDir(), "--over", "concurrency=1,4",
+		"--", "--requests", "8", "--max-tokens", "8", "--db", db)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runSweepCLI(t, "runs", "list", "--db", db, "--label", "concurrency=4", "--json")
+	var runs []struct {
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal([]byte(out), &runs); code != ExitOK || err != nil || len(runs) != 1 || runs[0].Labels["concurrency"] != "4" {
+		t.Fatalf("runs list --label concurrency=4: exit %d, %v\n%s\n%s", code, err, out, errs)
+	}
+}
+
 func TestSweepUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"sweep"},
@@ -118,5 +135,50 @@ func TestWatchSaturation(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("growing TTFT not detected")
+	}
+}
+
+// Ctrl-C during a sweep exits 130, keeps the points run so far and marks
+// the one it cut as incomplete, with what that point completed.
+func TestSweepInterruptExits130(t *testing.T) {
+	url, _ := slowServer(t, 30*time.Millisecond)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		// Interrupt once the second point has completed a few requests.
+		for ctx.Err() == nil {
+			if recs, _ := record.ReadJSONL(filepath.Join(dir, "point-001", "requests.jsonl")); len(recs) >= 3 {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	var out, errb bytes.Buffer
+	code := Main(ctx, Env{Args: []string{"sweep", "--out", dir, "--over", "concurrency=1,2,4", "--",
+		"--target", url, "--model", "m", "-n", "60", "--no-progress", "--no-store"},
+		Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }})
+	if code != 130 || !strings.Contains(errb.String(), "sweep interrupted during concurrency=2, kept as incomplete: 2 of 3 points") {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	var doc struct {
+		Points []struct {
+			Incomplete bool `json:"incomplete"`
+			Summary    *struct {
+				Requests struct{ Completed int } `json:"requests"`
+			} `json:"summary"`
+		} `json:"points"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &doc)
+	}
+	if err != nil || len(doc.Points) != 2 || doc.Points[0].Incomplete || !doc.Points[1].Incomplete ||
+		doc.Points[1].Summary == nil || doc.Points[1].Summary.Requests.Completed < 3 || doc.Points[1].Summary.Requests.Completed >= 60 {
+		t.Fatalf("sweep.json: %v\n%s", err, data)
+	}
+	if !strings.Contains(out.String(), "incomplete (interrupted)") {
+		t.Errorf("table does not mark the cut point:\n%s", out.String())
 	}
 }

@@ -19,6 +19,10 @@ import (
 //
 // An overloaded run's latencies grow with its length: they describe how
 // long it ran, not a steady state.
+//
+// A closed loop (ClosedLoop) holds a fixed number of requests in flight, so
+// its queue cannot grow without bound: a TTFT that climbs after its first
+// burst is the burst settling, not overload, and is not flagged.
 func Overload(s *record.Summary, recs []record.Record, offeredRate float64) string {
 	if offeredRate > 0 && s.Requests.Completed >= 10 {
 		if got := s.Throughput.RequestsPerS; got < 0.8*offeredRate {
@@ -28,7 +32,7 @@ func Overload(s *record.Summary, recs []record.Record, offeredRate float64) stri
 	if s.ScheduleLag.Count > 0 && s.ScheduleLag.P99 > 1000 {
 		return fmt.Sprintf("schedule lag P99 %.0f ms: requests queued before they could be sent", s.ScheduleLag.P99)
 	}
-	if first, last, ok := ttftTrend(recs); ok && last > 2*first && last-first >= 50 {
+	if first, last, ok := ttftTrend(recs); ok && !ClosedLoop(recs) && last > 2*first && last-first >= 50 {
 		return fmt.Sprintf("TTFT median rose from %.0f ms (first quarter) to %.0f ms (last quarter): the queue grows", first, last)
 	}
 	return ""
@@ -57,4 +61,24 @@ func ttftTrend(recs []record.Record) (first, last float64, ok bool) {
 		return Quantile(xs, 0.5)
 	}
 	return med(rs[:q]), med(rs[len(rs)-q:]), true
+}
+
+// ClosedLoop reports whether recs are known to come from a closed loop:
+// every measured request was sent at its intended time exactly, as the
+// closed-loop runners record it (an open loop's intended times come from a
+// schedule, and the send follows). Records without intended times (older
+// files) are not known to be closed.
+func ClosedLoop(recs []record.Record) bool {
+	n := 0
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup {
+			continue
+		}
+		if r.Intended.IsZero() || !r.Intended.Equal(r.Sent) {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }

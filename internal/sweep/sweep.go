@@ -105,6 +105,9 @@ type Outcome struct {
 	Dir     string          // where the run's files are
 	// StoppedEarly says why the run was cut short by EarlySaturation.
 	StoppedEarly string
+	// Incomplete: the sweep was interrupted during this run, whose
+	// summary covers the requests that completed before.
+	Incomplete bool
 }
 
 // RunFunc runs one point.
@@ -129,7 +132,8 @@ type Options struct {
 }
 
 // Run runs every point in order. A point's error is kept in its result and
-// the sweep goes on, unless ctx ends.
+// the sweep goes on, unless ctx ends: then the point cut short is kept
+// (Outcome.Incomplete) and Run returns ctx's error.
 func Run(ctx context.Context, points []Point, run RunFunc, opt Options) ([]Result, error) {
 	var out []Result
 	skipPrefix := ""
@@ -157,7 +161,16 @@ func Run(ctx context.Context, points []Point, run RunFunc, opt Options) ([]Resul
 				skipPrefix = prefix
 			}
 		}
-		if errors.Is(r.Err, context.Canceled) && ctx.Err() != nil {
+		if ctx.Err() != nil {
+			// Interrupted during this point: keep what it measured,
+			// marked incomplete, and stop.
+			if r.Err == nil {
+				r.Outcome.Incomplete = true
+				out = append(out, r)
+				if opt.OnResult != nil {
+					opt.OnResult(r)
+				}
+			}
 			return out, ctx.Err()
 		}
 		out = append(out, r)
@@ -319,7 +332,7 @@ func EarlySaturation(recs []record.Record) string {
 		return m
 	}
 	climbing := func(m [4]float64) bool { return m[3] > 1.2*m[2] && m[2] > m[1] }
-	if m := quarters(func(r *record.Record) float64 { return r.TTFTMs }); m[3] > 3*m[0] && m[3]-m[0] >= 100 && climbing(m) {
+	if m := quarters(func(r *record.Record) float64 { return r.TTFTMs }); !stats.ClosedLoop(rs) && m[3] > 3*m[0] && m[3]-m[0] >= 100 && climbing(m) {
 		return fmt.Sprintf("TTFT median rose from %.0f ms to %.0f ms during the run and is still rising: the queue grows without bound", m[0], m[3])
 	}
 	if m := quarters(func(r *record.Record) float64 { return r.ScheduleLagMs }); m[3] > 1000 && m[3] > 3*m[0] && climbing(m) {
