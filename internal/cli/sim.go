@@ -203,6 +203,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 		db          string
 		noStore     bool
 		labels      []string
+		replicas    int
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -280,7 +281,18 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			if c, ok := src.(workload.ClockedSource); ok {
 				c.SetOrigin(opt.Start) // session think times count from the virtual start
 			}
-			st, err := sim.Run(cmd.Context(), d, src, opt, func(r *record.Record) error {
+			if replicas < 1 {
+				return usageErr("--replicas must be at least 1, got %d", replicas)
+			}
+			if replicas > 1 {
+				if _, ok := src.(workload.FeedbackSource); ok {
+					return usageErr("--replicas: a multi-turn workload waits for each reply on its replica; simulate it on one")
+				}
+				if load.Requests == 0 && (load.Rate <= 0 && !load.openLoop(src) || load.Duration == 0) {
+					return usageErr("--replicas needs --requests (or, in an open loop, --duration)")
+				}
+			}
+			st, err := sim.RunFleet(cmd.Context(), d, replicas, src, opt, func(r *record.Record) error {
 				recs = append(recs, *r)
 				if w != nil {
 					return w.Write(r)
@@ -296,6 +308,9 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				scenario = scen.Name
 			}
 			target := "sim://" + d.Name()
+			if replicas > 1 {
+				target = fmt.Sprintf("sim://%d×%s (round robin)", replicas, d.Name())
+			}
 			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed,
 				OpenLoop: load.openLoop(src)})
 			if w := overloadWarning(&sum, recs, load.offeredRate(src, scen)); w != "" {
@@ -318,7 +333,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: redactArgs(env.Args), Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
 					Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
 					Started: opt.Start, Ended: opt.Start.Add(st.Virtual),
-					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": "1", "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
+					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
 						"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
 					Flags: changedFlags(cmd.Flags())}
 				maps.Copy(man.Labels, parseLabels(labels))
@@ -357,6 +372,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 	fs.StringVar(&db, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
 	fs.BoolVar(&noStore, "no-store", false, "do not record the run in the results database")
 	fs.StringArrayVar(&labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
+	fs.IntVar(&replicas, "replicas", 1, "identical replicas behind a round-robin load balancer (the load is the fleet's; --concurrency and --max-concurrency are split across them)")
 	fs.Int64Var(&seed, "load-seed", 1, "seed for arrivals and the bootstrap")
 	fs.BoolVar(&textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
 	return cmd
@@ -547,6 +563,11 @@ func newPlanCmd(env *Env) *cobra.Command {
 					req.Prices[g.Name] = v
 				}
 			}
+			for _, n := range req.AtReplicas {
+				if n < 1 {
+					return usageErr("--replicas: counts must be at least 1, got %d", n)
+				}
+			}
 			if req.TTFTP95Ms <= 0 && req.ITLP95Ms <= 0 {
 				return usageErr("give at least one SLO: --ttft-p95 or --itl-p95 (milliseconds)")
 			}
@@ -572,6 +593,20 @@ func newPlanCmd(env *Env) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			if len(req.AtReplicas) > 0 {
+				fmt.Fprintf(env.Stdout, "\nat the replica counts asked (load split evenly):\n")
+				tw = tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "GPU\tTP\tFP8\tREPLICAS\tTTFT P50 ms\tTTFT P95 ms\tITL P95 ms\t$/h\tSLO")
+				for _, r := range rows {
+					for _, a := range r.At {
+						fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%s\n", r.GPU, r.TP, r.FP8, a.Replicas, a.TTFTP50Ms, a.TTFTP95Ms, a.ITLP95Ms, a.CostPerHour,
+							planVerdict(a))
+					}
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+			}
 			if !rows[0].Meets {
 				return failErr("no candidate meets the SLO")
 			}
@@ -589,6 +624,7 @@ func newPlanCmd(env *Env) *cobra.Command {
 	fs.IntSliceVar(&tps, "tensor-parallel-size", nil, "TP sizes to consider (default 1,2,4,8)")
 	fs.StringVar(&fp8, "fp8", "both", "try fp8 weights+KV: both, yes or no")
 	fs.IntVar(&req.MaxReplicas, "max-replicas", 64, "largest replica count to consider")
+	fs.IntSliceVar(&req.AtReplicas, "replicas", nil, "also print every candidate at these replica counts (e.g. 2,4,8)")
 	fs.IntVar(&req.Requests, "requests", 1000, "simulated requests per candidate")
 	fs.BoolVar(&req.PrefixCaching, "enable-prefix-caching", false, "simulate with prefix caching")
 	fs.StringVar(&req.Engine, "engine-profile", "vllm", "engine profile")
@@ -674,4 +710,14 @@ func loadCatalog(paths []string) (*sim.Catalog, error) {
 		}
 	}
 	return cat, nil
+}
+
+func planVerdict(p sim.PlanPoint) string {
+	switch {
+	case p.Meets:
+		return "meets"
+	case p.Overloaded:
+		return "misses (overloaded: the queue grows; P95 measures the run's length)"
+	}
+	return "misses"
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
@@ -83,6 +84,27 @@ func TestPlanFindsCheapest(t *testing.T) {
 	lines := strings.Split(stdout, "\n")
 	if len(lines) < 4 || !strings.HasPrefix(lines[2], "*") {
 		t.Fatalf("first candidate not marked as the pick:\n%s", stdout)
+	}
+}
+
+// plan --replicas prints every candidate at the counts asked, and says
+// which of them cannot keep up at all.
+func TestPlanAtAskedReplicas(t *testing.T) {
+	code, stdout, stderr := runSimCLI(t, "plan", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tensor-parallel-size", "4", "--fp8", "no",
+		"--rate", "8", "--prompt-tokens", "2048", "--max-tokens", "128", "--ttft-p95", "650", "--requests", "300", "--replicas", "1,4", "--json")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	var rows []sim.PlanRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil || len(rows) != 1 || len(rows[0].At) != 2 {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	one, four := rows[0].At[0], rows[0].At[1]
+	if one.Replicas != 1 || four.Replicas != 4 || !one.Overloaded || one.Meets || four.Overloaded || !four.Meets || !(four.TTFTP95Ms < one.TTFTP95Ms) {
+		t.Errorf("at 1 and 4 replicas: %+v %+v", one, four)
+	}
+	if code, _, stderr := runSimCLI(t, "plan", "--ttft-p95", "100", "--replicas", "0"); code != ExitUsage || !strings.Contains(stderr, "--replicas") {
+		t.Errorf("--replicas 0: exit %d %s", code, stderr)
 	}
 }
 
@@ -158,5 +180,46 @@ func TestBenchAgreesWithSimRun(t *testing.T) {
 	within("TTFT mean ms", a.TTFT.Mean, b.TTFT.Mean, 5, 0.25)
 	if a.Tokens.OutputUsage != b.Tokens.OutputUsage || a.Tokens.PromptUsage != b.Tokens.PromptUsage {
 		t.Errorf("token totals differ: bench %+v, sim %+v", a.Tokens, b.Tokens)
+	}
+}
+
+// sim run --replicas N simulates a round-robin fleet: every replica serves
+// its share, records name their replica, and the fleet keeps up with a load
+// one replica cannot.
+func TestSimRunReplicas(t *testing.T) {
+	run := func(n string) ([]record.Record, string) {
+		out := t.TempDir()
+		code, stdout, stderr := runCLI(t, "sim", "run", "--model", "llama-3-70b", "--gpu", "a100-80gb", "--tensor-parallel-size", "4",
+			"--rate", "8", "-n", "400", "--prompt-tokens", "2048", "--max-tokens", "256", "--replicas", n, "--out", out, "--no-store")
+		if code != 0 {
+			t.Fatalf("--replicas %s: exit %d\n%s\n%s", n, code, stdout, stderr)
+		}
+		recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl"))
+		if err != nil || len(recs) != 400 {
+			t.Fatalf("--replicas %s: %d records, %v", n, len(recs), err)
+		}
+		return recs, stdout
+	}
+	_, out1 := run("1")
+	four, out4 := run("4")
+	byBackend := map[string]int{}
+	seen := map[int]bool{}
+	for _, r := range four {
+		byBackend[r.Backend]++
+		seen[r.Index] = true
+	}
+	if len(byBackend) != 4 || len(seen) != 400 {
+		t.Errorf("4 replicas: records by backend %v, %d distinct indexes", byBackend, len(seen))
+	}
+	for b, n := range byBackend {
+		if n != 100 {
+			t.Errorf("replica %s served %d of 400, want 100 (round robin)", b, n)
+		}
+	}
+	if !strings.Contains(out1, "OVERLOADED") || strings.Contains(out4, "OVERLOADED") {
+		t.Errorf("one replica should be overloaded at 8 req/s and four not:\n%s\n%s", out1, out4)
+	}
+	if code, _, stderr := runCLI(t, "sim", "run", "--sessions", "4", "--replicas", "2", "--no-store", "--out", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "multi-turn") {
+		t.Errorf("sessions on a fleet: exit %d %s", code, stderr)
 	}
 }

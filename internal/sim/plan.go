@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
 )
@@ -29,6 +30,20 @@ type PlanRequest struct {
 	Prices        map[string]float64 // USD per GPU-hour overrides
 	Catalog       *Catalog
 	Seed          uint64
+	// AtReplicas are replica counts to report for every candidate besides
+	// the fewest that meet the SLOs (PlanRow.At).
+	AtReplicas []int
+}
+
+// PlanPoint is one candidate at a replica count the user asked about.
+type PlanPoint struct {
+	Replicas    int     `json:"replicas"`
+	TTFTP50Ms   float64 `json:"ttft_p50_ms"`
+	TTFTP95Ms   float64 `json:"ttft_p95_ms"`
+	ITLP95Ms    float64 `json:"itl_p95_ms"`
+	CostPerHour float64 `json:"cost_per_hour"`
+	Meets       bool    `json:"meets"`
+	Overloaded  bool    `json:"overloaded,omitempty"`
 }
 
 // PlanRow is one candidate: the fewest replicas that meet the SLOs (or the
@@ -43,7 +58,12 @@ type PlanRow struct {
 	ITLP95Ms    float64 `json:"itl_p95_ms"`
 	CostPerHour float64 `json:"cost_per_hour"`
 	Meets       bool    `json:"meets"`
-	Note        string  `json:"note,omitempty"`
+	// Overloaded: the load exceeds what these replicas serve; the
+	// latencies grow with the simulated run's length.
+	Overloaded bool   `json:"overloaded,omitempty"`
+	Note       string `json:"note,omitempty"`
+	// At is the candidate at each of PlanRequest.AtReplicas.
+	At []PlanPoint `json:"at,omitempty"`
 }
 
 // Plan simulates each candidate configuration on the virtual clock, one
@@ -107,16 +127,21 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 				if err != nil {
 					continue // does not fit or TP invalid: not a candidate
 				}
+				seen := map[int]PlanRow{}
 				eval := func(r int) (PlanRow, error) {
+					if got, ok := seen[r]; ok {
+						return got, nil
+					}
 					out := row
 					out.Replicas = r
 					out.CostPerHour = float64(r*tp) * price
-					p50, p95, itl, err := simulateLoad(ctx, d, req.Rate/float64(r), req.PromptTokens, req.MaxTokens, req.Requests, req.Seed)
+					p50, p95, itl, over, err := simulateLoad(ctx, d, req.Rate/float64(r), req.PromptTokens, req.MaxTokens, req.Requests, req.Seed)
 					if err != nil {
 						return out, err
 					}
-					out.TTFTP50Ms, out.TTFTP95Ms, out.ITLP95Ms = p50, p95, itl
+					out.TTFTP50Ms, out.TTFTP95Ms, out.ITLP95Ms, out.Overloaded = p50, p95, itl, over
 					out.Meets = (req.TTFTP95Ms <= 0 || p95 <= req.TTFTP95Ms) && (req.ITLP95Ms <= 0 || itl <= req.ITLP95Ms)
+					seen[r] = out
 					return out, nil
 				}
 				// Exponential then binary search for the fewest replicas.
@@ -158,6 +183,16 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 					}
 				} else {
 					best.Note = fmt.Sprintf("misses the SLO even with %d replicas", best.Replicas)
+					if best.Overloaded {
+						best.Note += " (overloaded)"
+					}
+				}
+				for _, n := range req.AtReplicas {
+					r, err := eval(n)
+					if err != nil {
+						return nil, err
+					}
+					best.At = append(best.At, PlanPoint{Replicas: n, TTFTP50Ms: r.TTFTP50Ms, TTFTP95Ms: r.TTFTP95Ms, ITLP95Ms: r.ITLP95Ms, CostPerHour: r.CostPerHour, Meets: r.Meets, Overloaded: r.Overloaded})
 				}
 				rows = append(rows, best)
 			}
@@ -180,25 +215,38 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 
 // simulateLoad runs n Poisson requests at rate through one replica and
 // returns TTFT P50/P95 and ITL P95 in ms.
-func simulateLoad(ctx context.Context, d *Deployment, rate float64, prompt, out, n int, seed uint64) (p50, p95, itl95 float64, err error) {
+//
+// overloaded says the replica served below 80% of the offered rate: its
+// queue grew through the run, and the percentiles measure the run's length.
+func simulateLoad(ctx context.Context, d *Deployment, rate float64, prompt, out, n int, seed uint64) (p50, p95, itl95 float64, overloaded bool, err error) {
 	src := &fixedSource{n: n, prompt: prompt, out: out}
 	var ttfts, itls []float64
+	var first, last time.Time
 	_, err = Run(ctx, d, src, RunOptions{Rate: rate, Seed: seed}, func(r *record.Record) error {
 		if r.OK() {
 			ttfts = append(ttfts, r.TTFTMs)
 			itls = append(itls, r.ITLMs...)
 		}
+		if first.IsZero() || r.Intended.Before(first) {
+			first = r.Intended
+		}
+		if r.End.After(last) {
+			last = r.End
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, false, err
 	}
 	if len(ttfts) == 0 {
-		return math.Inf(1), math.Inf(1), math.Inf(1), nil
+		return math.Inf(1), math.Inf(1), math.Inf(1), true, nil
+	}
+	if span := last.Sub(first).Seconds(); n >= 10 && span > 0 && float64(n)/span < 0.8*rate {
+		overloaded = true
 	}
 	slices.Sort(ttfts)
 	slices.Sort(itls)
-	return quantile(ttfts, 0.5), quantile(ttfts, 0.95), quantile(itls, 0.95), nil
+	return quantile(ttfts, 0.5), quantile(ttfts, 0.95), quantile(itls, 0.95), overloaded, nil
 }
 
 // quantile of sorted xs by linear interpolation.
