@@ -29,10 +29,13 @@ func newReportCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report RUN... -o report.html",
 		Short: "Write a self-contained HTML report (tables and charts), optionally PNG charts",
-		Long: `Writes ONE HTML file with the summary table, differences against the first
-run (bootstrap 95% CI, Mann–Whitney U, verdict), SLO verdicts and charts:
-TTFT CDF, histogram and TTFT over time per run, the ITL distribution,
-per-turn TTFT drift (multi-turn runs), latency against load and the
+		Long: `Writes ONE HTML file with each run's failed requests (count, error classes,
+first message) at the top, the summary table, differences against the
+first run (bootstrap 95% CI and p, Mann–Whitney U per distribution,
+verdicts), SLO verdicts and charts: TTFT CDF, histogram and TTFT over time
+per run, the ITL, TPOT and end-to-end latency distributions, requests in
+flight and output tokens/s over time, per-turn TTFT drift (multi-turn
+runs), latency against load and the
 batch × context heatmap (runs labelled as a sweep: concurrency/rate,
 batch and context labels), and the cost/latency Pareto front (runs
 labelled with gpu=..., or hosted models with a known price; see

@@ -521,11 +521,13 @@ func newCompareCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "compare RUN RUN...",
 		Short: "Compare runs side by side with bootstrap CIs, a Mann–Whitney test and a verdict",
-		Long: `Prints the article's table for each run (target/model, mean TTFT, std,
-P50, P95, P99, ITL, throughput), then each run against the first: the
-difference of TTFT mean, P95 and P99 and of mean ITL, with a bootstrap 95%
-confidence interval, a Mann–Whitney U test on the distributions, and a
-plain verdict. Measured and simulated runs compare alike. A RUN is a
+		Long: `Prints each run's failed requests (count, error classes, first message),
+the article's table for each run (target/model, mean TTFT, std, P50, P95,
+P99, ITL, throughput), then each run against the first: the difference of
+TTFT mean, P95 and P99 and of mean ITL, with a bootstrap 95% confidence
+interval and bootstrap p-value, a Mann–Whitney U test of each
+distribution (TTFT, ITL), and a verdict per row from that row's own test.
+Measured and simulated runs compare alike. A RUN is a
 stored run ID, a unique prefix, "latest", or a run directory; a directory
 of run directories (the output of ttft sweep) stands for all of them.`,
 		Example: `  ttft compare runs/baseline runs/fp8

@@ -46,41 +46,76 @@ func Charts(runs []Run, opt ChartOptions) []Chart {
 			out = append(out, *c)
 		}
 	}
-	add(cdfChart("ttft_cdf", "TTFT CDF", "TTFT (ms)", runs, ttftOf, opt.CDFPoints))
+	add(cdfChart("ttft_cdf", "TTFT CDF", "TTFT (ms)", "TTFT", runs, ttftOf, opt.CDFPoints))
 	add(histChart(runs, opt.Bins))
 	add(overTimeChart(runs, opt.MaxScatter))
-	add(cdfChart("itl_cdf", "Inter-token latency CDF", "ITL (ms)", runs, itlOf, opt.CDFPoints))
+	add(itlChart(runs, opt.CDFPoints))
+	add(cdfChart("tpot_cdf", "Time per output token CDF", "TPOT (ms)", "TPOT (fewer than two output tokens)", runs, tpotOf, opt.CDFPoints))
+	add(cdfChart("e2e_cdf", "End-to-end latency CDF", "end-to-end latency (ms)", "end-to-end latency", runs, e2eOf, opt.CDFPoints))
 	add(turnChart(runs))
+	add(inFlightChart(runs))
+	add(tokensChart(runs))
 	add(sweepChart(runs))
 	add(heatmapChart(runs))
 	add(paretoChart(opt.Pareto))
 	return out
 }
 
-func cdfChart(id, title, xlabel string, runs []Run, values func([]record.Record) []float64, points int) *Chart {
-	c := &Chart{ID: id, Title: title, Kind: "line", XLabel: xlabel, YLabel: "fraction of requests"}
-	for _, r := range runs {
+// cdfChart is the distribution of one per-request latency, one curve per
+// run; noValue names what a completed request left out lacks.
+func cdfChart(id, title, xlabel, noValue string, runs []Run, values func([]record.Record) []float64, points int) *Chart {
+	c := &Chart{ID: id, Title: title, Kind: "line", XLabel: xlabel, YLabel: "fraction of requests", YMax: 1}
+	included := make([]int, len(runs))
+	for i, r := range runs {
 		s := sortedCopy(values(r.Records))
+		included[i] = len(s)
 		if len(s) == 0 {
 			continue
 		}
-		var pts [][2]float64
-		if len(s) <= points {
-			for i, v := range s {
-				pts = append(pts, [2]float64{round(v), round(float64(i+1) / float64(len(s)))})
-			}
-		} else {
-			for i := 0; i <= points; i++ {
-				q := float64(i) / float64(points)
-				pts = append(pts, [2]float64{round(quantile(s, q)), round(q)})
-			}
-		}
-		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
+		c.Series = append(c.Series, Series{Name: r.Name, Points: cdfPoints(s, points)})
 	}
 	if len(c.Series) == 0 {
 		return nil
 	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, false, noValue)
 	return c
+}
+
+// itlChart is the distribution of inter-token gaps, pooled over requests:
+// its fractions are of gaps, not of requests.
+func itlChart(runs []Run, points int) *Chart {
+	c := &Chart{ID: "itl_cdf", Title: "Inter-token latency CDF", Kind: "line", XLabel: "ITL (ms)", YLabel: "fraction of gaps", YMax: 1}
+	included := make([]int, len(runs))
+	for i, r := range runs {
+		s := sortedCopy(itlOf(r.Records))
+		included[i] = len(itlPerRequest(r.Records))
+		if len(s) == 0 {
+			continue
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: cdfPoints(s, points)})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, true, "gap (one output token)")
+	return c
+}
+
+// cdfPoints is the empirical CDF of sorted s: every value, or points+1
+// evenly spaced quantiles of a larger sample.
+func cdfPoints(s []float64, points int) [][2]float64 {
+	var pts [][2]float64
+	if len(s) <= points {
+		for i, v := range s {
+			pts = append(pts, [2]float64{round(v), round(float64(i+1) / float64(len(s)))})
+		}
+		return pts
+	}
+	for i := 0; i <= points; i++ {
+		q := float64(i) / float64(points)
+		pts = append(pts, [2]float64{round(quantile(s, q)), round(q)})
+	}
+	return pts
 }
 
 func histChart(runs []Run, bins int) *Chart {
@@ -121,23 +156,22 @@ func histChart(runs []Run, bins int) *Chart {
 		}
 		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
 	}
+	included := make([]int, len(runs))
+	for i := range runs {
+		included[i] = len(all[i])
+	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, false, "TTFT")
 	return c
 }
 
 func overTimeChart(runs []Run, maxPoints int) *Chart {
 	c := &Chart{ID: "ttft_time", Title: "TTFT over time", Kind: "scatter", XLabel: "time since the run's first request (s)", YLabel: "TTFT (ms)"}
 	var lines []Series
+	included := make([]int, len(runs))
 	for ri, r := range runs {
 		type pt struct{ t, v float64 }
 		var pts []pt
-		var t0 float64 = math.Inf(1)
-		for i := range r.Records {
-			rec := &r.Records[i]
-			if rec.Sent.IsZero() {
-				continue
-			}
-			t0 = math.Min(t0, float64(rec.Sent.UnixNano())/1e9)
-		}
+		t0 := runStart(r.Records)
 		for i := range r.Records {
 			rec := &r.Records[i]
 			if rec.Warmup || !rec.OK() || rec.JudgedTTFTMs() <= 0 || rec.Sent.IsZero() {
@@ -145,6 +179,7 @@ func overTimeChart(runs []Run, maxPoints int) *Chart {
 			}
 			pts = append(pts, pt{float64(rec.Sent.UnixNano())/1e9 - t0, rec.JudgedTTFTMs()})
 		}
+		included[ri] = len(pts)
 		if len(pts) == 0 {
 			continue
 		}
@@ -183,6 +218,171 @@ func overTimeChart(runs []Run, maxPoints int) *Chart {
 	if anyStrided(runs, maxPoints) {
 		c.Note = fmt.Sprintf("at most %d points per run are drawn (evenly spaced in send order)", maxPoints)
 	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, false, "TTFT")
+	return c
+}
+
+// runStart is the first send time of a run's records (warm-up included,
+// so that every over-time chart of a run shares its origin), in seconds.
+func runStart(recs []record.Record) float64 {
+	t0 := math.Inf(1)
+	for i := range recs {
+		if !recs[i].Sent.IsZero() {
+			t0 = math.Min(t0, float64(recs[i].Sent.UnixNano())/1e9)
+		}
+	}
+	return t0
+}
+
+// loadWindows is how many windows the load charts average over.
+const loadWindows = 120
+
+// timeGrid is the window grid of a run's load charts: from its first send
+// to its last end, in loadWindows equal windows (seconds since t0).
+func timeGrid(recs []record.Record) (t0, width float64, ok bool) {
+	t0 = runStart(recs)
+	end := math.Inf(-1)
+	for i := range recs {
+		if !recs[i].Warmup && !recs[i].End.IsZero() {
+			end = math.Max(end, float64(recs[i].End.UnixNano())/1e9)
+		}
+	}
+	if math.IsInf(t0, 1) || math.IsInf(end, -1) || end <= t0 {
+		return 0, 0, false
+	}
+	return t0, (end - t0) / loadWindows, true
+}
+
+// spread adds amount, spread evenly over [from, to) seconds since the
+// grid's origin, to the windows of width w it overlaps (all of it to one
+// window when the interval is empty).
+func spread(win []float64, from, to, w, amount float64) {
+	last := len(win) - 1
+	if to <= from {
+		win[max(0, min(int(from/w), last))] += amount
+		return
+	}
+	rate := amount / (to - from)
+	for k := max(0, int(from/w)); k <= last; k++ {
+		lo, hi := float64(k)*w, float64(k+1)*w
+		if k == last {
+			hi = math.Max(hi, to)
+		}
+		if lo >= to {
+			break
+		}
+		if ov := math.Min(hi, to) - math.Max(lo, from); ov > 0 {
+			win[k] += rate * ov
+		}
+	}
+}
+
+// inFlightChart is the number of requests in flight over time: each
+// measured request, failed or not, from its send to its end, averaged over
+// windows (the load the server saw).
+func inFlightChart(runs []Run) *Chart {
+	c := &Chart{ID: "inflight_time", Title: "Requests in flight over time", Kind: "line",
+		XLabel: "time since the run's first request (s)", YLabel: "requests in flight",
+		Note: fmt.Sprintf("time-weighted mean over %d windows", loadWindows)}
+	var parts []string
+	sumN, sumFailed, withFailed := 0, 0, 0
+	for _, r := range runs {
+		t0, w, ok := timeGrid(r.Records)
+		if !ok {
+			continue
+		}
+		win := make([]float64, loadWindows)
+		n, failed := 0, 0
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Warmup || rec.Sent.IsZero() || rec.End.Before(rec.Sent) {
+				continue
+			}
+			n++
+			if !rec.OK() {
+				failed++
+			}
+			from := float64(rec.Sent.UnixNano())/1e9 - t0
+			to := float64(rec.End.UnixNano())/1e9 - t0
+			// Request-seconds in each window; divided by its width below.
+			spread(win, from, to, w, to-from)
+		}
+		if n == 0 {
+			continue
+		}
+		pts := make([][2]float64, loadWindows)
+		for k, v := range win {
+			pts[k] = [2]float64{round((float64(k) + 0.5) * w), round(v / w)}
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
+		if failed > 0 {
+			p := inFlightText(n, failed)
+			if len(runs) > 1 {
+				p = r.Name + ": " + p
+			}
+			parts = append(parts, p)
+			sumN, sumFailed, withFailed = sumN+n, sumFailed+failed, withFailed+1
+		}
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	c.Coverage = strings.Join(parts, ". ")
+	c.CoverageShort = c.Coverage
+	if withFailed > 1 {
+		c.CoverageShort = inFlightText(sumN, sumFailed) + fmt.Sprintf(" (%d runs)", withFailed)
+	}
+	return c
+}
+
+func inFlightText(n, failed int) string {
+	if failed == n {
+		return fmt.Sprintf("all %d requests, every one of which failed", n)
+	}
+	return fmt.Sprintf("all %d requests, the %d failed ones included", n, failed)
+}
+
+// tokensChart is the output token rate over time: each completed
+// request's output tokens spread evenly from its first token to its end,
+// summed over windows.
+func tokensChart(runs []Run) *Chart {
+	c := &Chart{ID: "tokens_time", Title: "Output tokens/s over time", Kind: "line",
+		XLabel: "time since the run's first request (s)", YLabel: "output tokens/s",
+		Note: "each request's tokens spread evenly from its first token to its end"}
+	included := make([]int, len(runs))
+	for ri, r := range runs {
+		t0, w, ok := timeGrid(r.Records)
+		if !ok {
+			continue
+		}
+		win := make([]float64, loadWindows)
+		for i := range r.Records {
+			rec := &r.Records[i]
+			if rec.Warmup || !rec.OK() || rec.End.IsZero() {
+				continue
+			}
+			included[ri]++
+			start := rec.FirstToken
+			if start.IsZero() {
+				start = rec.Sent
+			}
+			from := float64(start.UnixNano())/1e9 - t0
+			to := float64(rec.End.UnixNano())/1e9 - t0
+			spread(win, from, to, w, float64(rec.OutputTokens()))
+		}
+		if included[ri] == 0 {
+			continue
+		}
+		pts := make([][2]float64, loadWindows)
+		for k, v := range win {
+			pts[k] = [2]float64{round((float64(k) + 0.5) * w), round(v / w)}
+		}
+		c.Series = append(c.Series, Series{Name: r.Name, Points: pts})
+	}
+	if len(c.Series) == 0 {
+		return nil
+	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, false, "end time")
 	return c
 }
 
@@ -198,15 +398,23 @@ func anyStrided(runs []Run, maxPoints int) bool {
 // turnChart shows per-turn TTFT drift in multi-turn runs (the article's
 // 82 ms at turn 1 to 137 ms at turn 10).
 func turnChart(runs []Run) *Chart {
-	c := &Chart{ID: "ttft_turn", Title: "TTFT by conversation turn", Kind: "line", XLabel: "turn", YLabel: "TTFT (ms)"}
-	for _, r := range runs {
+	c := &Chart{ID: "ttft_turn", Title: "TTFT by conversation turn", Kind: "line", XLabel: "turn", YLabel: "TTFT (ms)", XInteger: true}
+	included := make([]int, len(runs))
+	for ri, r := range runs {
 		byTurn := map[int][]float64{}
+		multiTurn := false
 		for i := range r.Records {
 			rec := &r.Records[i]
+			multiTurn = multiTurn || rec.Turn > 1
 			if rec.Turn <= 0 || rec.Warmup || !rec.OK() || rec.JudgedTTFTMs() <= 0 {
 				continue
 			}
 			byTurn[rec.Turn] = append(byTurn[rec.Turn], rec.JudgedTTFTMs())
+			included[ri]++
+		}
+		if !multiTurn {
+			// Not a conversation run: it is not in this chart at all.
+			included[ri], _ = measured(r.Records)
 		}
 		if len(byTurn) < 2 {
 			continue
@@ -233,6 +441,7 @@ func turnChart(runs []Run) *Chart {
 	if len(c.Series) == 0 {
 		return nil
 	}
+	c.Coverage, c.CoverageShort = coverage(runs, included, false, "turn or TTFT")
 	return c
 }
 
@@ -299,6 +508,7 @@ func sweepChart(runs []Run) *Chart {
 	if len(c.Series) == 0 {
 		return nil
 	}
+	c.Coverage, c.CoverageShort = summaryCoverage(runs)
 	return c
 }
 
@@ -371,8 +581,10 @@ func heatmapChart(runs []Run) *Chart {
 		v := round(ttft.P95)
 		z[yi][xi] = &v
 	}
-	return &Chart{ID: "heatmap", Title: "TTFT P95 by " + bk + " × " + ck, Kind: "heatmap", XLabel: bk, YLabel: ck,
+	c := &Chart{ID: "heatmap", Title: "TTFT P95 by " + bk + " × " + ck, Kind: "heatmap", XLabel: bk, YLabel: ck,
 		Heat: &Heatmap{X: xs, Y: ys, Z: z, Unit: "ms"}}
+	c.Coverage, c.CoverageShort = summaryCoverage(runs)
+	return c
 }
 
 func distinctNumeric(runs []Run, k string) []string {

@@ -40,6 +40,8 @@ var (
 	grey  = color.RGBA{110, 110, 110, 255}
 	light = color.RGBA{225, 225, 225, 255}
 	white = color.RGBA{255, 255, 255, 255}
+	// failRed marks what failed (the report's .fail colour).
+	failRed = color.RGBA{176, 0, 32, 255}
 )
 
 func seriesColor(i int) color.RGBA { return palette[i%len(palette)] }
@@ -55,7 +57,15 @@ func colorOf(i int, s Series) color.RGBA {
 // drawChart lays out and draws one chart.
 func drawChart(cv canvas, ch *Chart) {
 	cv.rect(0, 0, chartW, chartH, white)
-	cv.text(chartW/2, 20, ch.Title, 0, black, false)
+	if sub := ch.CoverageShort; sub != "" {
+		// What the chart leaves out, under the title, where a reader of
+		// the PNG alone sees it too. Browsers' monospace fonts are a
+		// little wider than the bitmap font: keep a margin.
+		cv.text(chartW/2, 15, ch.Title, 0, black, false)
+		cv.text(chartW/2, 29, fitText(sub, (chartW-2*padL)/(fontAdvance+1)), 0, failRed, false)
+	} else {
+		cv.text(chartW/2, 20, ch.Title, 0, black, false)
+	}
 	if ch.Kind == "heatmap" && ch.Heat != nil {
 		drawHeatmap(cv, ch)
 		return
@@ -65,7 +75,11 @@ func drawChart(cv canvas, ch *Chart) {
 	py := func(y float64) float64 { return chartH - padB - (y-y0)/(y1-y0)*(chartH-padT-padB) }
 
 	// Grid, ticks and labels.
-	for _, t := range ticks(x0, x1, 8) {
+	xt := ticks(x0, x1, 8)
+	if ch.XInteger {
+		xt = intTicks(x0, x1, 10)
+	}
+	for _, t := range xt {
 		x := px(t)
 		cv.line(x, padT, x, chartH-padB, light, 1, false)
 		cv.text(x, chartH-padB+16, fmtTick(t), 0, grey, false)
@@ -142,13 +156,23 @@ func drawChart(cv canvas, ch *Chart) {
 			}
 		}
 	}
-	drawLegend(cv, ch)
+	// Pixel positions of the data, for the legend to stay off them.
+	var drawn [][2]float64
+	for _, se := range ch.Series {
+		for _, p := range se.Points {
+			drawn = append(drawn, [2]float64{px(p[0]), py(p[1])})
+		}
+	}
+	drawLegend(cv, ch, drawn)
 	if ch.Note != "" {
 		cv.text(chartW-padR, chartH-6, ch.Note, 1, grey, false)
 	}
 }
 
-func drawLegend(cv canvas, ch *Chart) {
+// drawLegend draws the series names in the corner of the plot that covers
+// the fewest data points (the bottom right first for a CDF, which rises to
+// the top right; the top right first otherwise).
+func drawLegend(cv canvas, ch *Chart, drawn [][2]float64) {
 	if len(ch.Series) == 0 {
 		return
 	}
@@ -165,10 +189,27 @@ func drawLegend(cv canvas, ch *Chart) {
 	}
 	w := float64(longest*fontAdvance + 30)
 	h := float64(len(ch.Series)*16 + 8)
-	x := chartW - padR - w - 6
-	y := float64(padT + 6)
-	if ch.Kind == "line" && ch.YLabel == "fraction of requests" {
-		y = chartH - padB - h - 6 // CDFs rise to the top right
+	right, left := chartW-padR-w-6, float64(padL+6)
+	top, bottom := float64(padT+6), chartH-padB-h-6
+	corners := [][2]float64{{right, top}, {right, bottom}, {left, top}, {left, bottom}}
+	if ch.Kind == "line" && ch.YMax == 1 {
+		corners[0], corners[1] = corners[1], corners[0] // CDFs rise to the top right
+	}
+	x, y := corners[0][0], corners[0][1]
+	best := -1
+	for _, c := range corners {
+		n := 0
+		for _, p := range drawn {
+			if p[0] >= c[0]-4 && p[0] <= c[0]+w+4 && p[1] >= c[1]-4 && p[1] <= c[1]+h+4 {
+				n++
+			}
+		}
+		if best < 0 || n < best {
+			x, y, best = c[0], c[1], n
+		}
+		if n == 0 {
+			break
+		}
 	}
 	bg := white
 	bg.A = 220
@@ -265,6 +306,16 @@ func bounds(ch *Chart) (x0, x1, y0, y1 float64) {
 			x0, x1 = x0-half, x1+half
 		}
 	}
+	if ch.XInteger {
+		// Half a step beyond the first and last value: every tick is a
+		// value (a turn), and the end markers are not on the frame.
+		x0, x1 = math.Floor(x0)-0.5, math.Ceil(x1)+0.5
+		if y1 <= y0 {
+			y1 = y0 + 1
+		}
+		ty := ticks(y0, y1*1.05, 6)
+		return x0, x1, y0, math.Max(y1, ty[len(ty)-1])
+	}
 	if ch.Kind == "pareto" || ch.Kind == "scatter" || ch.Kind == "line" {
 		if x0 > 0 && ch.Kind != "scatter" && x0 < (x1-x0) {
 			x0 = 0
@@ -272,6 +323,15 @@ func bounds(ch *Chart) (x0, x1, y0, y1 float64) {
 	}
 	if x1 <= x0 {
 		x0, x1 = x0-1, x1+1
+	}
+	if ch.YMax > 0 {
+		// A CDF rises vertically where many requests share a value (all
+		// of them, for a constant TPOT): keep that off the frame.
+		pad := 0.03 * (x1 - x0)
+		if x0 != 0 {
+			x0 -= pad
+		}
+		x1 += pad
 	}
 	for _, s := range ch.Series {
 		if s.Markers {
@@ -289,9 +349,50 @@ func bounds(ch *Chart) (x0, x1, y0, y1 float64) {
 	}
 	t := ticks(x0, x1, 8)
 	x0, x1 = math.Min(x0, t[0]), math.Max(x1, t[len(t)-1])
+	if ch.YMax > 0 && y1 <= ch.YMax {
+		// A fraction ends at 1: no head room above it.
+		return x0, x1, y0, ch.YMax
+	}
 	ty := ticks(y0, y1*1.05, 6)
 	y1 = math.Max(y1, ty[len(ty)-1])
 	return x0, x1, y0, y1
+}
+
+// intTicks returns integer ticks inside [lo, hi], about n of them at most:
+// every integer, or every 2nd, 5th, 10th...
+func intTicks(lo, hi float64, n int) []float64 {
+	first, last := math.Ceil(lo), math.Floor(hi)
+	if last < first {
+		return nil
+	}
+	step := 1.0
+search:
+	for mag := 1.0; mag < 1e15; mag *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if (last-first)/(m*mag) < float64(n) {
+				step = m * mag
+				break search
+			}
+		}
+	}
+	var out []float64
+	start := first
+	if step > 1 {
+		start = math.Ceil(first/step) * step
+	}
+	for v := start; v <= last && len(out) < 50; v += step {
+		out = append(out, v)
+	}
+	return out
+}
+
+// fitText cuts s to at most n characters, ending it with "…" when cut.
+func fitText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }
 
 // ticks returns about n round tick values covering [lo, hi].
@@ -309,9 +410,14 @@ func ticks(lo, hi float64, n int) []float64 {
 		}
 	}
 	start := math.Floor(lo/step) * step
+	// k·step in binary floating point is not always the decimal it
+	// stands for (34 × 0.1 = 3.4000000000000004): round to the step's
+	// decimals so that labels read 3.4.
+	decimals := max(0, 1-int(math.Floor(math.Log10(step))))
 	var out []float64
 	for v := start; v <= hi+step*0.999 && len(out) < 50; v += step {
-		out = append(out, math.Round(v/step)*step)
+		t, _ := strconv.ParseFloat(strconv.FormatFloat(math.Round(v/step)*step, 'f', decimals, 64), 64)
+		out = append(out, t)
 	}
 	return out
 }

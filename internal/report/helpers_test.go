@@ -58,3 +58,45 @@ var paretoPoints = []stats.ParetoPoint{
 	{Name: "L4 x1 bs=16", Cost: 9.3, Latency: 130},
 	{Name: "A100 x1 bs=32", Cost: 15, Latency: 140},
 }
+
+// Error messages of failingRun, one per class.
+const (
+	timeoutMsg = `Post "http://gpu-7:8000/v1/chat/completions": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`
+	statusMsg  = `HTTP 503: {"error":"model is overloaded"}`
+)
+
+// failingRun is fakeRun with failed of its first 100 requests (and the same
+// share after) failing: mostly timeouts, the rest HTTP 503s. Failed
+// requests end when they fail and have no first token.
+func failingRun(name string, n, failed int, seed uint64) Run {
+	r := fakeRun(name, n, seed, 60, 10, nil)
+	for i := range r.Records {
+		rec := &r.Records[i]
+		rec.ErrorClass, rec.Error = record.ErrNone, ""
+		if i%100 >= failed {
+			if rec.FirstToken.IsZero() { // fakeRun's own timeouts: make them complete
+				rec.FirstToken = rec.Sent.Add(60 * time.Millisecond)
+				rec.End = rec.FirstToken.Add(80 * time.Millisecond)
+				rec.ITLMs = []float64{10, 10, 10, 10, 10, 10, 10, 10}
+			}
+			rec.Finalize()
+			continue
+		}
+		rec.FirstToken, rec.ITLMs, rec.OutputEvents = time.Time{}, nil, 0
+		if i%100 < failed*9/10 {
+			rec.ErrorClass, rec.Error = record.ErrTimeout, timeoutMsg
+			rec.End = rec.Sent.Add(2 * time.Second)
+		} else {
+			rec.ErrorClass, rec.Error, rec.Status = record.ErrHTTPStatus, statusMsg, 503
+			rec.End = rec.Sent.Add(3 * time.Millisecond)
+		}
+		rec.Finalize()
+	}
+	r.Summary = stats.Summarize(r.Records, stats.SummaryOptions{Source: "sim", Model: "llama", Target: "sim://a100", Seed: 1, NoCI: true})
+	r.Summary.SLO = []record.SLOVerdict{{Name: "ttft_p95", Metric: "ttft", Statistic: "p95", LimitMs: 120}}
+	if t := r.Summary.JudgedTTFT(); t.Count > 0 {
+		v := &r.Summary.SLO[0]
+		v.ValueMs, v.MarginMs, v.Pass = t.P95, 120-t.P95, t.P95 <= 120
+	}
+	return r
+}

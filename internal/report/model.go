@@ -31,6 +31,18 @@ type Chart struct {
 	Series []Series `json:"series,omitempty"`
 	Heat   *Heatmap `json:"heatmap,omitempty"`
 	Note   string   `json:"note,omitempty"`
+	// YMax fixes the top of the y axis (1 for a CDF: a fraction cannot
+	// exceed it); 0 means from the data.
+	YMax float64 `json:"y_max,omitempty"`
+	// XInteger puts x ticks on integers only, each within the data (turns).
+	XInteger bool `json:"x_integer,omitempty"`
+	// Coverage says which requests the chart leaves out and why (failed
+	// requests, requests without the value), per run; empty when it shows
+	// every measured request. The caption shows it, and the drawing
+	// CoverageShort (the same totalled over runs) under its title, so that
+	// failures are never hidden by a healthy curve.
+	Coverage      string `json:"coverage,omitempty"`
+	CoverageShort string `json:"coverage_short,omitempty"`
 }
 
 // Series is one named line or point cloud; Points are [x, y].
@@ -68,6 +80,32 @@ func ttftOf(recs []record.Record) []float64 {
 			continue
 		}
 		out = append(out, r.JudgedTTFTMs())
+	}
+	return out
+}
+
+// e2eOf returns the end-to-end latencies (ms) of measured, successful
+// requests, as the summary counts them.
+func e2eOf(recs []record.Record) []float64 {
+	return okValues(recs, func(r *record.Record) float64 { return r.E2EMs })
+}
+
+// tpotOf returns the time per output token (ms) of measured, successful
+// requests with at least two output tokens.
+func tpotOf(recs []record.Record) []float64 {
+	return okValues(recs, func(r *record.Record) float64 { return r.TPOTMs })
+}
+
+func okValues(recs []record.Record, v func(*record.Record) float64) []float64 {
+	var out []float64
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || !r.OK() {
+			continue
+		}
+		if x := v(r); x > 0 && !math.IsInf(x, 0) {
+			out = append(out, x)
+		}
 	}
 	return out
 }

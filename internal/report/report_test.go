@@ -23,7 +23,7 @@ func TestChartsGolden(t *testing.T) {
 	for _, c := range charts {
 		ids = append(ids, c.ID)
 	}
-	want := "ttft_cdf ttft_hist ttft_time itl_cdf ttft_turn sweep heatmap pareto"
+	want := "ttft_cdf ttft_hist ttft_time itl_cdf tpot_cdf e2e_cdf ttft_turn inflight_time tokens_time sweep heatmap pareto"
 	if got := strings.Join(ids, " "); got != want {
 		t.Fatalf("charts %q, want %q", got, want)
 	}
@@ -104,7 +104,7 @@ func TestChartsSkipWhatIsMissing(t *testing.T) {
 	for _, c := range Charts([]Run{r}, ChartOptions{}) {
 		ids += c.ID + " "
 	}
-	if ids != "ttft_cdf ttft_hist ttft_time itl_cdf " {
+	if ids != "ttft_cdf ttft_hist ttft_time itl_cdf tpot_cdf e2e_cdf inflight_time tokens_time " {
 		t.Fatalf("single-turn single run charts: %q", ids)
 	}
 	pruned := Run{Name: "pruned", Summary: r.Summary}
@@ -118,22 +118,28 @@ func TestCompareVerdicts(t *testing.T) {
 	b := fakeRun("B", 800, 2, 60, 10, nil)  // 40% faster
 	c := fakeRun("C", 800, 3, 100, 10, nil) // same distribution as A
 	cmp := Compare([]Run{a, b, c}, CompareOptions{})
-	if len(cmp.Rows) != 3 || len(cmp.Diffs) != 8 {
+	// Per run against A: TTFT mean, P95, P99 and distribution; ITL mean
+	// and distribution.
+	if len(cmp.Rows) != 3 || len(cmp.Diffs) != 12 {
 		t.Fatalf("rows %d diffs %d", len(cmp.Rows), len(cmp.Diffs))
 	}
 	for _, d := range cmp.Diffs {
 		if d.Metric != "TTFT" {
 			continue
 		}
-		switch d.Run {
-		case "B":
+		switch {
+		case d.Run == "B" && d.Comparison.Stat == "distribution":
+			if !d.Comparison.Significant || d.Comparison.ProbBLess <= 0.5 || !strings.HasPrefix(d.Verdict, "B tends to be faster than A at TTFT") {
+				t.Fatalf("B vs A: %s", d.Verdict)
+			}
+		case d.Run == "B":
 			if !d.Comparison.Significant || d.Comparison.Diff >= 0 || !strings.HasPrefix(d.Verdict, "B is faster than A") {
 				t.Fatalf("B vs A: %s", d.Verdict)
 			}
 			if d.Comparison.CI95[0] > d.Comparison.Diff || d.Comparison.CI95[1] < d.Comparison.Diff {
 				t.Fatalf("CI %v does not contain the difference %v", d.Comparison.CI95, d.Comparison.Diff)
 			}
-		case "C":
+		case d.Run == "C":
 			if d.Comparison.Stat == "mean" && d.Comparison.Significant {
 				t.Fatalf("same distribution judged different: %s", d.Verdict)
 			}
@@ -144,7 +150,8 @@ func TestCompareVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"mean TTFT ms", "P95 ms", "out tok/s", "95% CI ms", "verdict:", "B is faster than A at TTFT P95 by"} {
+	for _, want := range []string{"mean TTFT ms", "P95 ms", "out tok/s", "95% CI ms", "verdict:", "B is faster than A at TTFT P95 by",
+		"TTFT distribution", "Mann–Whitney U", "bootstrap"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("text lacks %q:\n%s", want, out)
 		}
@@ -188,8 +195,8 @@ func TestHTMLIsSelfContainedAndEscaped(t *testing.T) {
 			t.Fatalf("page contains %q", banned)
 		}
 	}
-	if n := strings.Count(page, `<svg class="chart"`); n != 8 {
-		t.Fatalf("%d charts in the page, want 8", n)
+	if n := strings.Count(page, `<svg class="chart"`); n != 12 {
+		t.Fatalf("%d charts in the page, want 12", n)
 	}
 	for _, want := range []string{`id="summary"`, `id="diffs"`, `id="slo"`, "is faster than", "Pareto"} {
 		if !strings.Contains(page, want) {

@@ -1,0 +1,166 @@
+package report
+
+import (
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/record"
+)
+
+func chartByID(t *testing.T, charts []Chart, id string) *Chart {
+	t.Helper()
+	for i := range charts {
+		if charts[i].ID == id {
+			return &charts[i]
+		}
+	}
+	t.Fatalf("no chart %s", id)
+	return nil
+}
+
+// axisTicks returns the tick labels an SVG chart draws along the x axis
+// (at the baseline under the plot) or the y axis (right-aligned left of it).
+func axisTicks(svg string, x bool) []string {
+	var re *regexp.Regexp
+	if x {
+		re = regexp.MustCompile(`<text x="[0-9.]+" y="` + strconv.Itoa(chartH-padB+16) + `.0" text-anchor="middle" fill="#6e6e6e">([^<]*)</text>`)
+	} else {
+		re = regexp.MustCompile(`<text x="` + strconv.Itoa(padL-6) + `.0" y="[0-9.]+" text-anchor="end" fill="#6e6e6e">([^<]*)</text>`)
+	}
+	var out []string
+	for _, m := range re.FindAllStringSubmatch(svg, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// TestCDFAxesEndAtOne: a fraction cannot exceed 1, so no CDF's y axis
+// goes above it.
+func TestCDFAxesEndAtOne(t *testing.T) {
+	charts := Charts(sweepRuns(200), ChartOptions{})
+	for _, id := range []string{"ttft_cdf", "itl_cdf", "e2e_cdf", "tpot_cdf"} {
+		ch := chartByID(t, charts, id)
+		if _, _, y0, y1 := bounds(ch); y0 != 0 || y1 != 1 {
+			t.Errorf("%s: y axis %v to %v, want 0 to 1", id, y0, y1)
+		}
+		ys := axisTicks(SVG(ch), false)
+		if len(ys) == 0 || ys[len(ys)-1] != "1" {
+			t.Errorf("%s: y ticks %v, want the last to be 1", id, ys)
+		}
+	}
+}
+
+func TestITLAxisCountsGaps(t *testing.T) {
+	ch := chartByID(t, Charts(sweepRuns(100), ChartOptions{}), "itl_cdf")
+	if ch.YLabel != "fraction of gaps" {
+		t.Errorf("ITL CDF y axis %q, want fraction of gaps", ch.YLabel)
+	}
+}
+
+// TestTurnTicksAreTurns: the per-turn chart's x axis has a tick at each
+// turn (1 to 5) and nowhere else.
+func TestTurnTicksAreTurns(t *testing.T) {
+	ch := chartByID(t, Charts([]Run{fakeRun("multi", 200, 1, 80, 10, nil)}, ChartOptions{}), "ttft_turn")
+	got := axisTicks(SVG(ch), true)
+	if want := []string{"1", "2", "3", "4", "5"}; !slices.Equal(got, want) {
+		t.Errorf("turn ticks %v, want %v", got, want)
+	}
+	// Many turns: integer ticks, fewer of them.
+	long := fakeRun("long", 400, 2, 80, 10, nil)
+	for i := range long.Records {
+		long.Records[i].Turn = 1 + i%37
+	}
+	got = axisTicks(SVG(chartByID(t, Charts([]Run{long}, ChartOptions{}), "ttft_turn")), true)
+	if len(got) < 3 || len(got) > 12 {
+		t.Errorf("37 turns: ticks %v", got)
+	}
+	for _, s := range got {
+		if v, err := strconv.Atoi(s); err != nil || v < 1 || v > 37 {
+			t.Errorf("37 turns: tick %q is not a turn", s)
+		}
+	}
+}
+
+// loadRun is a closed loop of users (the u-th starting u·125 ms late): each
+// sends its next request when its previous one ends, requests last 500 ms,
+// the first token comes at 100 ms and 41 output tokens stream over the
+// remaining 400 ms (102.5 tokens/s per request). One request fails.
+func loadRun(users, perUser int) Run {
+	var recs []record.Record
+	for u := range users {
+		for k := range perUser {
+			sent := t0.Add(time.Duration(k)*500*time.Millisecond + time.Duration(u)*125*time.Millisecond)
+			r := record.Record{Index: len(recs), Intended: sent, Sent: sent, FirstToken: sent.Add(100 * time.Millisecond),
+				End: sent.Add(500 * time.Millisecond), OutputTokensUsage: 41, OutputEvents: 41, Status: 200}
+			if u == 0 && k == 3 {
+				r.ErrorClass, r.Error, r.FirstToken, r.OutputTokensUsage, r.OutputEvents = record.ErrStreamCut, "cut", time.Time{}, 0, 0
+			}
+			r.Finalize()
+			recs = append(recs, r)
+		}
+	}
+	return Run{Name: "load", Records: recs}
+}
+
+// TestLoadOverTime: requests in flight over time come from the records'
+// send and end times (4 users keep 4 in flight), and output tokens/s adds
+// up to the tokens of the completed requests.
+func TestLoadOverTime(t *testing.T) {
+	run := loadRun(4, 20)
+	charts := Charts([]Run{run}, ChartOptions{})
+	inflight := chartByID(t, charts, "inflight_time")
+	pts := inflight.Series[0].Points
+	for _, p := range pts {
+		if p[0] > 0.5 && p[0] < 9.5 && math.Abs(p[1]-4) > 1e-6 {
+			t.Fatalf("in flight at %.2f s = %v, want 4 (all points %v)", p[0], p[1], pts)
+		}
+	}
+	if inflight.YLabel != "requests in flight" {
+		t.Errorf("y label %q", inflight.YLabel)
+	}
+	tok := chartByID(t, charts, "tokens_time")
+	sp := tok.Series[0].Points
+	if len(sp) < 10 {
+		t.Fatalf("tokens/s has %d points", len(sp))
+	}
+	// Steady state: 4 requests streaming 102.5 tokens/s during 80% of the
+	// time: 328 tokens/s on average (less where the failed request was).
+	mid := 0.0
+	for _, p := range sp[len(sp)/4 : 3*len(sp)/4] {
+		mid += p[1]
+	}
+	mid /= float64(len(sp) / 2)
+	if math.Abs(mid-328) > 10 {
+		t.Errorf("output tokens/s mid-run = %v, want about 328 (points %v)", mid, sp)
+	}
+	// The area under the curve is every completed request's tokens.
+	area := 0.0
+	w := sp[1][0] - sp[0][0]
+	for _, p := range sp {
+		area += p[1] * w
+	}
+	if want := float64(79 * 41); math.Abs(area-want) > 0.02*want {
+		t.Errorf("tokens under the curve %.0f, want %.0f", area, want)
+	}
+	if c := tok.Coverage; c == "" {
+		t.Error("the tokens chart does not say that a failed request is left out")
+	}
+}
+
+// TestLatencyDistributions: end-to-end latency and TPOT have CDFs.
+func TestLatencyDistributions(t *testing.T) {
+	charts := Charts([]Run{loadRun(2, 30)}, ChartOptions{})
+	e2e := chartByID(t, charts, "e2e_cdf")
+	if e2e.XLabel != "end-to-end latency (ms)" || e2e.Series[0].Points[0][0] != 500 {
+		t.Errorf("e2e CDF: %s %v", e2e.XLabel, e2e.Series[0].Points[:2])
+	}
+	tpot := chartByID(t, charts, "tpot_cdf")
+	// 400 ms over 40 tokens after the first.
+	if got := tpot.Series[0].Points[0][0]; got != 10 {
+		t.Errorf("TPOT %v ms, want 10", got)
+	}
+}
