@@ -217,7 +217,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(),
 		Command: "bench", Args: redactArgs(o.args), Source: "bench", Target: tgt.label, API: string(api),
 		Model: tgt.model, Scenario: scenarioName, Host: hostInfo(), Started: time.Now(),
-		Labels: parseLabels(o.Labels), Server: tgt.server, Flags: o.flags,
+		Labels: withLoad(loadLabels(&o.load, &o.work, src, scenario), parseLabels(o.Labels)), Server: tgt.server, Flags: o.flags,
 	}
 	if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
 		return record.Summary{}, err

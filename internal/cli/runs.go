@@ -287,14 +287,14 @@ func runsListCmd(env *Env, o *storeOpener) *cobra.Command {
 
 func printRunList(w io.Writer, list []store.RunMeta) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTARTED\tSOURCE\tTARGET\tMODEL\tSCENARIO\tREQUESTS\tLABELS")
+	fmt.Fprintln(tw, "ID\tSTARTED\tSOURCE\tTARGET\tMODEL\tLOAD\tREQUESTS\tLABELS")
 	for _, m := range list {
 		n := fmt.Sprint(m.Records)
 		if m.RecordsPruned {
 			n += " (pruned)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Started.Local().Format("2006-01-02 15:04"), m.Source,
-			dash(m.Target), dash(m.Model), dash(m.Scenario), n, fmtLabels(m.Labels))
+			dash(m.Target), dash(m.Model), dash(report.LoadText(m.Labels)), n, fmtLabels(userLabels(m.Labels)))
 	}
 	return tw.Flush()
 }
@@ -360,7 +360,10 @@ func runsShowCmd(env *Env, o *storeOpener) *cobra.Command {
 			} else {
 				fmt.Fprintf(w, "run directory %s (not stored)\n", l.Dir)
 			}
-			if s := fmtLabels(l.Meta.Labels); s != "" {
+			if s := report.LoadText(runParams(l.Manifest, l.Meta.Labels)); s != "" {
+				fmt.Fprintf(w, "load: %s\n", s)
+			}
+			if s := fmtLabels(userLabels(l.Meta.Labels)); s != "" {
 				fmt.Fprintf(w, "labels: %s\n", s)
 			}
 			var m record.Manifest
@@ -619,4 +622,20 @@ func nameByParams(runs []*loadedRun) {
 		}
 		l.Meta.Labels["name"] = strings.Join(parts, " ")
 	}
+}
+
+// userLabels are a run's labels less those that describe its load (shown
+// as the load instead).
+func userLabels(l map[string]string) map[string]string {
+	out := make(map[string]string, len(l))
+	for k, v := range l {
+		switch k {
+		case "loop", "concurrency", "rate", "arrival", "max_concurrency", "prompt_tokens", "max_tokens", "workload":
+			if l["loop"] != "" {
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
 }

@@ -336,7 +336,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
 						"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
 					Flags: changedFlags(cmd.Flags())}
-				maps.Copy(man.Labels, parseLabels(labels))
+				maps.Copy(man.Labels, withLoad(loadLabels(&load, &wl, src, scen), parseLabels(labels)))
 				if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
 					return failErr("%v", err)
 				}

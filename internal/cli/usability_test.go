@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -175,5 +177,48 @@ func TestOneRunID(t *testing.T) {
 	}
 	if code != 0 || err != nil || !strings.Contains(stderr, "stored as run "+man.RunID+"\n") {
 		t.Fatalf("exit %d, manifest run_id %q (%v)\n%s", code, man.RunID, err, stderr)
+	}
+}
+
+// Every description of a run states its load, and compare warns when two
+// runs' loads differ.
+func TestLoadIsDescribed(t *testing.T) {
+	home := t.TempDir()
+	run := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &out, Getenv: func(k string) string {
+			if k == "HOME" {
+				return home
+			}
+			return ""
+		}})
+		return code, out.String()
+	}
+	if code, out := run("bench", "-n", "4", "-c", "2", "--max-tokens", "8", "--no-progress", "--label", "gpu=h100"); code != 0 {
+		t.Fatalf("bench: %d\n%s", code, out)
+	}
+	if code, out := run("bench", "-n", "4", "--rate", "40", "--max-tokens", "8", "--no-progress"); code != 0 {
+		t.Fatalf("bench: %d\n%s", code, out)
+	}
+	code, out := run("runs", "list")
+	if code != 0 || !strings.Contains(out, "closed loop, concurrency 2; 128-token prompts, ≤8 output tokens") ||
+		!strings.Contains(out, "open loop, 40 req/s poisson; 128-token prompts, ≤8 output tokens") || !strings.Contains(out, "gpu=h100") {
+		t.Fatalf("runs list:\n%s", out)
+	}
+	code, out = run("runs", "list", "--label", "concurrency=2")
+	if code != 0 || strings.Count(out, "\n") != 2 {
+		t.Errorf("runs list --label concurrency=2 should find the closed-loop run only:\n%s", out)
+	}
+	code, out = run("runs", "show", "latest")
+	if code != 0 || !strings.Contains(out, "load: open loop, 40 req/s poisson") {
+		t.Errorf("runs show:\n%s", out)
+	}
+	var list []struct{ ID string }
+	if _, js := run("runs", "list", "--json"); json.Unmarshal([]byte(js), &list) != nil || len(list) != 2 {
+		t.Fatalf("runs list --json: %s", js)
+	}
+	code, out = run("compare", list[1].ID, list[0].ID)
+	if !strings.Contains(out, "the loads differ") || !strings.Contains(out, "load of ") {
+		t.Errorf("compare does not warn that the loads differ (exit %d):\n%s", code, out)
 	}
 }

@@ -451,7 +451,9 @@ var loadLabels = []string{"concurrency", "rate", "qps", "batch"}
 
 // sweepChart plots latency against load when several runs form a sweep:
 // the load is a numeric label all of them carry, else the achieved request
-// rate. Runs are grouped into one curve per target and model.
+// rate. Runs are grouped into one curve per target and model, and per
+// workload when they send different ones, so that a curve joins only runs
+// that differ in load alone.
 func sweepChart(runs []Run) *Chart {
 	if len(runs) < 2 {
 		return nil
@@ -466,6 +468,10 @@ func sweepChart(runs []Run) *Chart {
 	type pt struct{ x, p50, p95 float64 }
 	groups := map[string][]pt{}
 	var order []string
+	mixed := false
+	for _, r := range runs[1:] {
+		mixed = mixed || workloadKey(r.Labels) != workloadKey(runs[0].Labels)
+	}
 	for _, r := range runs {
 		ttft := r.Summary.JudgedTTFT()
 		if ttft.Count == 0 {
@@ -478,6 +484,11 @@ func sweepChart(runs []Run) *Chart {
 		g := strings.TrimSpace(strings.Join(nonEmpty(r.Summary.Model, r.Summary.Target), " @ "))
 		if g == "" {
 			g = "runs"
+		}
+		if mixed {
+			// Runs that send different workloads differ in more than
+			// load: each workload is a curve of its own.
+			g += " · " + workloadKey(r.Labels)
 		}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)

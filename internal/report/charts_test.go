@@ -164,3 +164,43 @@ func TestLatencyDistributions(t *testing.T) {
 		t.Errorf("TPOT %v ms, want 10", got)
 	}
 }
+
+// The latency-against-load curve joins only runs that differ in load
+// alone: runs sending another workload get a curve of their own.
+func TestSweepCurveJoinsOnlyLoad(t *testing.T) {
+	mk := func(name, conc, work string, base float64) Run {
+		return fakeRun(name, 50, 1, base, 10, map[string]string{"loop": "closed", "concurrency": conc, "workload": work})
+	}
+	same := []Run{mk("a1", "1", "128-token prompts", 30), mk("a8", "8", "128-token prompts", 60)}
+	if c := chartByID(t, Charts(same, ChartOptions{}), "sweep"); len(c.Series) != 2 {
+		t.Fatalf("one workload: %d series, want P50 and P95", len(c.Series))
+	}
+	mixed := append(same, mk("b1", "1", "2048-token prompts", 300), mk("b8", "8", "2048-token prompts", 900))
+	c := chartByID(t, Charts(mixed, ChartOptions{}), "sweep")
+	if len(c.Series) != 4 {
+		t.Fatalf("two workloads: %d series, want a P50 and a P95 curve each", len(c.Series))
+	}
+	for _, s := range c.Series {
+		if len(s.Points) != 2 {
+			t.Errorf("series %q joins %d runs, want the 2 of its workload", s.Name, len(s.Points))
+		}
+	}
+}
+
+func TestLoadText(t *testing.T) {
+	for _, tc := range []struct {
+		p    map[string]string
+		want string
+	}{
+		{map[string]string{"loop": "closed", "concurrency": "8", "workload": "128-token prompts, ≤128 output tokens"}, "closed loop, concurrency 8; 128-token prompts, ≤128 output tokens"},
+		{map[string]string{"loop": "open", "rate": "4", "arrival": "gamma", "max_concurrency": "64", "workload": "scenario chat"}, "open loop, 4 req/s gamma (≤64 in flight); scenario chat"},
+		{map[string]string{"loop": "open", "arrival": "trace", "workload": "dataset azure.csv"}, "open loop on the trace's timestamps; dataset azure.csv"},
+		// Older runs: their changed flags only.
+		{map[string]string{"rate": "2", "prompt_tokens": "512", "max_tokens": "64"}, "open loop, 2 req/s poisson; 512-token prompts, ≤64 output tokens"},
+		{map[string]string{"gpu": "a100"}, ""},
+	} {
+		if got := LoadText(tc.p); got != tc.want {
+			t.Errorf("LoadText(%v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}

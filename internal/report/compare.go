@@ -38,6 +38,8 @@ type Row struct {
 	// TTFTBasis is where the run's TTFT starts (record.BasisIntended for
 	// open-loop runs, whose client lateness counts).
 	TTFTBasis string `json:"ttft_basis,omitempty"`
+	// Load is the load the run offered (LoadText), "" when unknown.
+	Load string `json:"load,omitempty"`
 }
 
 // MarshalJSON writes a statistic of no sample (NaN) as null.
@@ -118,8 +120,8 @@ func Compare(runs []Run, opt CompareOptions) Comparison {
 			Name: r.Name, Source: s.Source, Target: strings.Join(nonEmpty(s.Model, s.Target), " @ "),
 			Requests: fails[i].Total, Completed: fails[i].Completed, Failed: fails[i].Failed,
 			MeanTTFT: ttft.Mean, StdTTFT: ttft.Std, P50TTFT: ttft.P50, P95TTFT: ttft.P95, P99TTFT: ttft.P99,
-			TTFTBasis: s.TTFTBasis,
-			MeanITL:   itl.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
+			TTFTBasis: s.TTFTBasis, Load: LoadText(r.Labels),
+			MeanITL: itl.Mean, RequestsPS: s.Throughput.RequestsPerS, OutTokensPS: s.Throughput.OutputTokensPerS,
 		}
 		// No sample, no statistic: a run whose every request failed has
 		// no TTFT, not a TTFT of 0.
@@ -146,6 +148,7 @@ func Compare(runs []Run, opt CompareOptions) Comparison {
 			open = append(open, r.Name)
 		}
 	}
+	out.Notes = append(out.Notes, loadNotes(runs)...)
 	if len(open) > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("TTFT of %s (open loop) is %s, as its SLO verdicts judge it; of closed-loop runs %s",
 			strings.Join(open, ", "), record.BasisText(record.BasisIntended), record.BasisText(record.BasisSent)))
@@ -266,6 +269,11 @@ func (c Comparison) WriteText(w io.Writer) error {
 			}
 		}
 		fmt.Fprintln(w)
+	}
+	for _, r := range c.Rows {
+		if r.Load != "" {
+			fmt.Fprintf(w, "load of %s: %s\n", r.Name, r.Load)
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tsource\ttarget/model\trequests\tfailed\tmean TTFT ms\tstd ms\tP50 ms\tP95 ms\tP99 ms\tITL ms\treq/s\tout tok/s\t")

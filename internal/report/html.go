@@ -119,8 +119,8 @@ figcaption { color: #555; font-size: 0.9em; }
 
 <h2>Summary</h2>
 <table id="summary">
-<tr><th>run</th><th>source</th><th>target / model</th><th>requests</th><th>failed</th><th>mean TTFT ms</th><th>std ms</th><th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>ITL ms</th><th>req/s</th><th>out tok/s</th></tr>
-{{range .Comparison.Rows}}<tr><td>{{.Name}}</td><td class="l">{{.Source}}</td><td class="l">{{.Target}}</td><td>{{.Requests}}</td><td{{if .Failed}} class="fail"{{end}}>{{.FailedCell}}</td><td>{{num .MeanTTFT}}</td><td>{{num .StdTTFT}}</td><td>{{num .P50TTFT}}</td><td>{{num .P95TTFT}}</td><td>{{num .P99TTFT}}</td><td>{{num .MeanITL}}</td><td>{{rate .RequestsPS}}</td><td>{{rate .OutTokensPS}}</td></tr>
+<tr><th>run</th><th>source</th><th>target / model</th><th>load</th><th>requests</th><th>failed</th><th>mean TTFT ms</th><th>std ms</th><th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>ITL ms</th><th>req/s</th><th>out tok/s</th></tr>
+{{range .Comparison.Rows}}<tr><td>{{.Name}}</td><td class="l">{{.Source}}</td><td class="l">{{.Target}}</td><td class="l">{{if .Load}}{{.Load}}{{else}}-{{end}}</td><td>{{.Requests}}</td><td{{if .Failed}} class="fail"{{end}}>{{.FailedCell}}</td><td>{{num .MeanTTFT}}</td><td>{{num .StdTTFT}}</td><td>{{num .P50TTFT}}</td><td>{{num .P95TTFT}}</td><td>{{num .P99TTFT}}</td><td>{{num .MeanITL}}</td><td>{{rate .RequestsPS}}</td><td>{{rate .OutTokensPS}}</td></tr>
 {{end}}</table>
 {{if .Failures}}<p class="note">Latencies (TTFT, ITL) are of completed requests; “-”: no completed request.</p>{{end}}
 
