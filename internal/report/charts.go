@@ -46,6 +46,9 @@ func Charts(runs []Run, opt ChartOptions) []Chart {
 			out = append(out, *c)
 		}
 	}
+	// A sweep leads with what each load delivered and what it cost.
+	add(latencyThroughputChart(runs))
+	add(gpuUserChart(runs))
 	add(cdfChart("ttft_cdf", "TTFT CDF", "TTFT (ms)", "TTFT", runs, ttftOf, opt.CDFPoints))
 	add(histChart(runs, opt.Bins))
 	add(overTimeChart(runs, opt.MaxScatter))
@@ -468,10 +471,7 @@ func sweepChart(runs []Run) *Chart {
 	type pt struct{ x, p50, p95 float64 }
 	groups := map[string][]pt{}
 	var order []string
-	mixed := false
-	for _, r := range runs[1:] {
-		mixed = mixed || workloadKey(r.Labels) != workloadKey(runs[0].Labels)
-	}
+	group := sweepGroup(runs)
 	for _, r := range runs {
 		ttft := r.Summary.JudgedTTFT()
 		if ttft.Count == 0 {
@@ -481,15 +481,7 @@ func sweepChart(runs []Run) *Chart {
 		if key != "" {
 			x, _ = strconv.ParseFloat(r.Labels[key], 64)
 		}
-		g := strings.TrimSpace(strings.Join(nonEmpty(r.Summary.Model, r.Summary.Target), " @ "))
-		if g == "" {
-			g = "runs"
-		}
-		if mixed {
-			// Runs that send different workloads differ in more than
-			// load: each workload is a curve of its own.
-			g += " · " + workloadKey(r.Labels)
-		}
+		g := group(r)
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}

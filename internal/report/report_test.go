@@ -23,7 +23,7 @@ func TestChartsGolden(t *testing.T) {
 	for _, c := range charts {
 		ids = append(ids, c.ID)
 	}
-	want := "ttft_cdf ttft_hist ttft_time itl_cdf tpot_cdf e2e_cdf ttft_turn inflight_time tokens_time sweep heatmap pareto"
+	want := "latency_throughput throughput_per_user ttft_cdf ttft_hist ttft_time itl_cdf tpot_cdf e2e_cdf ttft_turn inflight_time tokens_time sweep heatmap pareto"
 	if got := strings.Join(ids, " "); got != want {
 		t.Fatalf("charts %q, want %q", got, want)
 	}
@@ -195,8 +195,8 @@ func TestHTMLIsSelfContainedAndEscaped(t *testing.T) {
 			t.Fatalf("page contains %q", banned)
 		}
 	}
-	if n := strings.Count(page, `<svg class="chart"`); n != 12 {
-		t.Fatalf("%d charts in the page, want 12", n)
+	if n := strings.Count(page, `<svg class="chart"`); n != 14 {
+		t.Fatalf("%d charts in the page, want 14", n)
 	}
 	for _, want := range []string{`id="summary"`, `id="diffs"`, `id="slo"`, "is faster than", "Pareto"} {
 		if !strings.Contains(page, want) {
