@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/stats/pricing"
@@ -64,10 +65,10 @@ func loadAnalysisRun(path string) (*analysisRun, error) {
 		dir = filepath.Dir(path)
 	}
 	r := &analysisRun{Dir: dir, Name: filepath.Base(filepath.Clean(dir))}
-	if err := record.ReadJSON(filepath.Join(dir, "summary.json"), &r.Summary); err != nil {
+	if err := record.ReadJSON(filepath.Join(dir, rundir.SummaryFile), &r.Summary); err != nil {
 		return nil, err
 	}
-	mp := filepath.Join(dir, "manifest.json")
+	mp := filepath.Join(dir, rundir.ManifestFile)
 	if _, err := os.Stat(mp); err == nil {
 		if err := record.ReadJSON(mp, &r.Manifest); err != nil {
 			return nil, err

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/telemetry"
@@ -63,6 +64,9 @@ type benchOptions struct {
 	obs   observeOptions
 	args  []string
 	flags map[string]string
+	// onRecord, when set, sees every finished record as it is written
+	// (sweep watches a point's queue through it).
+	onRecord func(*record.Record)
 }
 
 func newBenchCmd(env *Env) *cobra.Command {
@@ -92,7 +96,13 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 			return err
 		},
 	}
-	f := cmd.Flags()
+	addBenchFlags(cmd.Flags(), o)
+	return cmd
+}
+
+// addBenchFlags defines bench's flags on f (the command's, or a sweep
+// point's own set).
+func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.StringVarP(&o.Target, "target", "t", "", "base URL of the endpoint, with or without /v1 (default: the built-in simulator)")
 	f.StringVar(&o.API, "api", "openai-chat", "wire protocol: openai-chat, openai-completions or anthropic")
 	f.StringVarP(&o.Model, "model", "m", "", "model name (default: the first model the server lists at /v1/models)")
@@ -121,7 +131,6 @@ and manifest.json are written at the end (also after Ctrl-C).`,
 	addLoadFlags(f, &o.load)
 	addWorkloadFlags(f, &o.work)
 	addObserveFlags(f, &o.obs)
-	return cmd
 }
 
 // benchTarget is what a run measures.
@@ -204,24 +213,21 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	if out == "" {
 		out = filepath.Join(dataDir(env), "runs", runID)
 	}
-	jsonl, err := record.NewJSONLWriter(filepath.Join(out, "requests.jsonl"))
-	if err != nil {
-		return record.Summary{}, usageErr("--out: %v", err)
-	}
-	defer jsonl.Close()
 	scenarioName := ""
 	if scenario != nil {
 		scenarioName = scenario.Name
 	}
 	man := record.Manifest{
 		Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(),
-		Command: "bench", Args: redactArgs(o.args), Source: "bench", Target: tgt.label, API: string(api),
+		Command: "bench", Args: o.args, Source: "bench", Target: tgt.label, API: string(api),
 		Model: tgt.model, Scenario: scenarioName, Host: hostInfo(), Started: time.Now(),
 		Labels: withLoad(loadLabels(&o.load, &o.work, src, scenario), parseLabels(o.Labels)), Server: tgt.server, Flags: o.flags,
 	}
-	if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
-		return record.Summary{}, err
+	rd, err := rundir.Create(out, man)
+	if err != nil {
+		return record.Summary{}, usageErr("--out: %v", err)
 	}
+	defer rd.Close()
 
 	observers, stopObs, err := o.obs.start(ctx, env, tgt.base)
 	if err != nil {
@@ -241,7 +247,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
 		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
 		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
-		Sinks: []bench.Sink{jsonl}, Observers: observers,
+		Sinks: sinks(rd, o.onRecord), Observers: observers,
 		// W3C trace context of each request's span goes to the server.
 		Client: &http.Client{Transport: telemetry.Transport(transport)},
 	})
@@ -276,7 +282,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
 	}
 	for _, e := range res.SinkErrors {
-		if e != jsonl.Err() {
+		if e != rd.Err() {
 			sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
 		}
 	}
@@ -299,25 +305,17 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	// A failed file (a full disk) loses nothing the run measured: the
 	// records are in memory, so the summary is printed and the run stored
 	// in the database all the same, and the failure is named at the end.
-	fileErrs := []error{jsonl.Err()}
+	if err := rd.Err(); err != nil {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", rd.RequestsPath(), rd.Kept(), len(res.Records), err))
+	}
+	extra := map[string]any{}
 	if drift := workload.TurnDrift(res.Records); len(drift) > 0 {
-		fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "turns.json"), drift))
+		extra[rundir.TurnsFile] = drift
 	}
 	if o.Format == "vllm" {
-		fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "summary.vllm.json"), vllmSummary(sum, res.Records, tgt, o)))
+		extra[rundir.VLLMSummaryFile] = vllmSummary(sum, res.Records, tgt, o)
 	}
-	fileErrs = append(fileErrs, jsonl.Close())
-	if jsonl.Err() != nil {
-		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", jsonl.Path(), jsonl.Kept(), len(res.Records), jsonl.Err()))
-	}
-	// summary.json and manifest.json go last, so the summary on disk
-	// carries the warnings above when there is room for it.
-	fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "summary.json"), sum))
-	fileErrs = append(fileErrs, record.WriteJSON(filepath.Join(out, "manifest.json"), man))
-	var fileErr error
-	if msgs := errorTexts(fileErrs); len(msgs) > 0 {
-		fileErr = errors.New(strings.Join(msgs, "; "))
-	}
+	fileErr := rundir.ErrorText(rd.Finish(man, &sum, extra))
 	storedID := ""
 	if !o.NoStore {
 		if id, err := storeRun(post, env, o.DB, out, man, sum, res.Records); err != nil {
@@ -346,7 +344,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		if storedID != "" {
 			kept = fmt.Sprintf("all %d records in the results database as run %s", len(res.Records), storedID)
 		}
-		return sum, failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, jsonl.Path(), jsonl.Kept())
+		return sum, failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, rd.RequestsPath(), rd.Kept())
 	}
 	if runErr != nil {
 		return sum, fmt.Errorf("run stopped early: %w", runErr)
@@ -551,38 +549,6 @@ func parseLabels(kvs []string) map[string]string {
 	return m
 }
 
-// redactArgs hides secrets from the recorded command line.
-func redactArgs(args []string) []string {
-	out := make([]string, len(args))
-	redactNext := false
-	for i, a := range args {
-		switch {
-		case redactNext:
-			out[i], redactNext = "REDACTED", false
-		case a == "--api-key":
-			out[i], redactNext = a, true
-		case strings.HasPrefix(a, "--api-key="):
-			out[i] = "--api-key=REDACTED"
-		case a == "--header" || a == "-H":
-			out[i] = a
-			if i+1 < len(args) && isSecretHeader(args[i+1]) {
-				redactNext = true
-			}
-		case strings.HasPrefix(a, "--header=") && isSecretHeader(strings.TrimPrefix(a, "--header=")):
-			out[i] = "--header=REDACTED"
-		default:
-			out[i] = a
-		}
-	}
-	return out
-}
-
-func isSecretHeader(h string) bool {
-	k, _, _ := strings.Cut(strings.ToLower(h), ":")
-	k = strings.TrimSpace(k)
-	return k == "authorization" || k == "x-api-key" || k == "api-key" || strings.Contains(k, "token") || strings.Contains(k, "secret")
-}
-
 // recordedFlags lists the flags the user set, secrets redacted, for the
 // manifest.
 func recordedFlags(fs *pflag.FlagSet) map[string]string {
@@ -596,7 +562,7 @@ func recordedFlags(fs *pflag.FlagSet) map[string]string {
 			if sv, ok := f.Value.(pflag.SliceValue); ok {
 				hs := sv.GetSlice()
 				for i, h := range hs {
-					if isSecretHeader(h) {
+					if rundir.IsSecretHeader(h) {
 						k, _, _ := strings.Cut(h, ":")
 						hs[i] = k + ": REDACTED"
 					}
@@ -669,13 +635,14 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// errorTexts are the messages of the non-nil errors in errs.
-func errorTexts(errs []error) []string {
-	var out []string
-	for _, e := range errs {
-		if e != nil {
-			out = append(out, e.Error())
-		}
+// sinks are the run directory and, when set, an in-process watcher.
+func sinks(rd *rundir.Writer, watch func(*record.Record)) []bench.Sink {
+	if watch == nil {
+		return []bench.Sink{rd}
 	}
-	return out
+	return []bench.Sink{rd, sinkFunc(func(r *record.Record) error { watch(r); return nil })}
 }
+
+type sinkFunc func(*record.Record) error
+
+func (f sinkFunc) Write(r *record.Record) error { return f(r) }

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
@@ -262,20 +263,31 @@ func newSimRunCmd(env *Env) *cobra.Command {
 				// sim.Run sends on it, capped by --max-concurrency only.
 				opt.MaxInFlight = load.MaxConcurrency
 			}
-			var w *record.JSONLWriter
 			runID := newRunID(time.Now())
 			if out == "" {
 				out = filepath.Join(dataDir(env), "runs", runID)
 			}
-			{
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return usageErr("--out: %v", err)
-				}
-				if w, err = record.NewJSONLWriter(filepath.Join(out, "requests.jsonl")); err != nil {
-					return usageErr("--out: %v", err)
-				}
-				defer w.Close()
+			scenario := ""
+			if scen != nil {
+				scenario = scen.Name
 			}
+			target := "sim://" + d.Name()
+			if replicas > 1 {
+				target = fmt.Sprintf("sim://%d×%s (round robin)", replicas, d.Name())
+			}
+			host, _ := os.Hostname()
+			man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: env.Args, Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
+				Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
+				Started: opt.Start,
+				Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP * replicas), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
+					"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
+				Flags: changedFlags(cmd.Flags())}
+			maps.Copy(man.Labels, withLoad(loadLabels(&load, &wl, src, scen), parseLabels(labels)))
+			rd, err := rundir.Create(out, man)
+			if err != nil {
+				return usageErr("--out: %v", err)
+			}
+			defer rd.Close()
 			var recs []record.Record
 			wall := time.Now()
 			if c, ok := src.(workload.ClockedSource); ok {
@@ -294,23 +306,13 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			}
 			st, err := sim.RunFleet(cmd.Context(), d, replicas, src, opt, func(r *record.Record) error {
 				recs = append(recs, *r)
-				if w != nil {
-					return w.Write(r)
-				}
+				_ = rd.Write(r) // a failure ends the file; the records stay in memory (rd.Err)
 				return nil
 			})
 			if err != nil {
 				return failErr("simulation: %v", err)
 			}
 			elapsed := time.Since(wall)
-			scenario := ""
-			if scen != nil {
-				scenario = scen.Name
-			}
-			target := "sim://" + d.Name()
-			if replicas > 1 {
-				target = fmt.Sprintf("sim://%d×%s (round robin)", replicas, d.Name())
-			}
 			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed,
 				OpenLoop: load.openLoop(src)})
 			if w := overloadWarning(&sum, recs, load.offeredRate(src, scen)); w != "" {
@@ -322,41 +324,38 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			}
 			sum.Warnings = append(sum.Warnings, fmt.Sprintf("simulated: %s of virtual time in %s of CPU wall time, %d engine steps, %d preemptions, prefix-cache hit rate %.1f%%",
 				st.Virtual.Round(time.Millisecond), elapsed.Round(time.Millisecond), st.Steps, st.Engine.Preemptions, 100*hitRate(st.Engine)))
-			if out != "" {
-				if err := w.Close(); err != nil {
-					return failErr("writing requests.jsonl: %v", err)
-				}
-				if err := record.WriteJSON(filepath.Join(out, "summary.json"), sum); err != nil {
-					return failErr("%v", err)
-				}
-				host, _ := os.Hostname()
-				man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: redactArgs(env.Args), Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
-					Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
-					Started: opt.Start, Ended: opt.Start.Add(st.Virtual),
-					Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
-						"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
-					Flags: changedFlags(cmd.Flags())}
-				maps.Copy(man.Labels, withLoad(loadLabels(&load, &wl, src, scen), parseLabels(labels)))
-				if err := record.WriteJSON(filepath.Join(out, "manifest.json"), man); err != nil {
-					return failErr("%v", err)
-				}
-				if !noStore {
-					if id, err := storeRun(cmd.Context(), env, db, out, man, sum, recs); err != nil {
-						fmt.Fprintf(env.Stderr, "ttft sim run: warning: results are in %s but not in the results database: %v\n", out, err)
-					} else {
-						fmt.Fprintf(env.Stderr, "ttft sim run: results in %s, stored as run %s\n", out, id)
-					}
+			if err := rd.Err(); err != nil {
+				sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", rd.RequestsPath(), rd.Kept(), len(recs), err))
+			}
+			man.Ended = opt.Start.Add(st.Virtual)
+			extra := map[string]any{}
+			drift := workload.TurnDrift(recs)
+			if len(drift) > 0 {
+				extra[rundir.TurnsFile] = drift
+			}
+			fileErr := rundir.ErrorText(rd.Finish(man, &sum, extra))
+			storedID := ""
+			if !noStore {
+				if id, err := storeRun(cmd.Context(), env, db, out, man, sum, recs); err != nil {
+					fmt.Fprintf(env.Stderr, "ttft sim run: warning: the run is not in the results database: %v\n", err)
+				} else {
+					storedID = id
+					fmt.Fprintf(env.Stderr, "ttft sim run: results in %s, stored as run %s\n", out, id)
 				}
 			}
 			printSimSummary(env, d, sum)
-			if drift := workload.TurnDrift(recs); len(drift) > 0 {
+			if len(drift) > 0 {
 				workload.PrintTurnDrift(env.Stdout, drift)
 				if line := sessionMemory(d, recs); line != "" {
 					fmt.Fprintln(env.Stdout, line)
 				}
-				if err := record.WriteJSON(filepath.Join(out, "turns.json"), drift); err != nil {
-					return failErr("%v", err)
+			}
+			if fileErr != nil {
+				kept := "only the summary printed above"
+				if storedID != "" {
+					kept = fmt.Sprintf("all %d records in the results database as run %s", len(recs), storedID)
 				}
+				return failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, rd.RequestsPath(), rd.Kept())
 			}
 			if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
 				return failErr("scenario %s: SLO not met", scenario)

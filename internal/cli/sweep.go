@@ -6,7 +6,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +13,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/sweep"
 )
 
@@ -112,6 +114,9 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 			args = append(args, "--label", st.Name+"="+st.Value)
 		}
 		args = append(args, "--out", dir)
+		if !o.Sim {
+			return runBenchPoint(ctx, env, args[1:], dir)
+		}
 		return runSubcommand(ctx, env, args, dir)
 	}
 
@@ -152,7 +157,7 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 	if usage != nil {
 		return usage
 	}
-	if werr := writeSweepJSON(filepath.Join(out, "sweep.json"), results, nil); werr != nil && err == nil {
+	if werr := writeSweepJSON(filepath.Join(out, rundir.SweepFile), results, nil); werr != nil && err == nil {
 		err = werr
 	}
 	if ctx.Err() != nil {
@@ -190,8 +195,9 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 	return nil
 }
 
-// runSubcommand runs one ttft invocation in-process and reads its summary.
-// A completed run whose gate failed (exit 1) still counts as a point.
+// runSubcommand runs one "ttft sim run" point in-process and reads its
+// summary (a virtual-clock run needs no watching). A completed run whose
+// gate failed (exit 1) still counts as a point.
 func runSubcommand(ctx context.Context, env *Env, args []string, dir string) (sweep.Outcome, error) {
 	var stderr bytes.Buffer
 	sub := &Env{Args: args, Stdin: env.Stdin, Stdout: io.Discard, Stderr: &stderr, Getenv: env.Getenv}
@@ -205,29 +211,8 @@ func runSubcommand(ctx context.Context, env *Env, args []string, dir string) (sw
 	root.SetArgs(args)
 	root.SetOut(io.Discard)
 	root.SetErr(&stderr)
-	// A live run is watched as it goes and cut short (as by Ctrl-C: the
-	// summary of what completed is still written) once its queue clearly
-	// grows without bound.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stoppedEarly string
-	watchDone := make(chan struct{})
-	if args[0] == "bench" {
-		go func() {
-			defer close(watchDone)
-			watchSaturation(runCtx, filepath.Join(dir, "requests.jsonl"), 500*time.Millisecond, func(why string) {
-				stoppedEarly = why
-				cancel()
-			})
-		}()
-	} else {
-		close(watchDone)
-	}
 	code := ExitOK
-	err := root.ExecuteContext(runCtx)
-	cancel()
-	<-watchDone
-	if err != nil {
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(&stderr, "ttft:", err)
 		code = ExitUsage
 		var ee *exitError
@@ -239,59 +224,81 @@ func runSubcommand(ctx context.Context, env *Env, args []string, dir string) (sw
 		return sweep.Outcome{}, usageErr("ttft %s: %s", strings.Join(args, " "), lastLine(stderr.String()))
 	}
 	var sum record.Summary
-	if err := record.ReadJSON(filepath.Join(dir, "summary.json"), &sum); err != nil {
+	if err := record.ReadJSON(filepath.Join(dir, rundir.SummaryFile), &sum); err != nil {
 		if ctx.Err() != nil {
 			return sweep.Outcome{}, ctx.Err()
 		}
 		return sweep.Outcome{}, fmt.Errorf("exit %d, no summary: %s", code, lastLine(stderr.String()))
 	}
-	recs, _ := record.ReadJSONL(filepath.Join(dir, "requests.jsonl"))
-	return sweep.Outcome{Summary: sum, Records: recs, Dir: dir, StoppedEarly: stoppedEarly}, nil
+	recs, _ := record.ReadJSONL(filepath.Join(dir, rundir.RequestsFile))
+	return sweep.Outcome{Summary: sum, Records: recs, Dir: dir}, nil
 }
 
-// watchSaturation follows a requests.jsonl as the run appends to it and
-// calls stop once sweep.EarlySaturation fires. It returns when ctx ends.
-func watchSaturation(ctx context.Context, path string, every time.Duration, stop func(why string)) {
-	var (
-		recs []record.Record
-		off  int64
-		tail []byte
-	)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			continue // not created yet
-		}
-		if _, err := f.Seek(off, io.SeekStart); err == nil {
-			data, _ := io.ReadAll(f)
-			off += int64(len(data))
-			tail = append(tail, data...)
-		}
-		f.Close()
-		// Only complete lines: the writer may be mid-line.
-		for {
-			i := bytes.IndexByte(tail, '\n')
-			if i < 0 {
-				break
-			}
-			var r record.Record
-			if json.Unmarshal(tail[:i], &r) == nil {
-				recs = append(recs, r)
-			}
-			tail = tail[i+1:]
-		}
-		if why := sweep.EarlySaturation(recs); why != "" {
-			stop(why)
-			return
-		}
+// runBenchPoint runs one live point with bench's runner, in-process: its
+// run directory is written as by "ttft bench", and its records also come
+// here as they finish, so that a point whose queue clearly grows without
+// bound is cut short (as by Ctrl-C: the summary of what completed is still
+// written). A completed run whose gate failed (exit 1) still counts.
+func runBenchPoint(ctx context.Context, env *Env, args []string, dir string) (sweep.Outcome, error) {
+	o := &benchOptions{}
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addBenchFlags(fs, o)
+	cmdline := "ttft bench " + strings.Join(args, " ")
+	if err := fs.Parse(args); err != nil {
+		return sweep.Outcome{}, usageErr("%s: %v", cmdline, err)
 	}
+	if fs.NArg() > 0 {
+		return sweep.Outcome{}, usageErr("%s: unexpected argument %q", cmdline, fs.Arg(0))
+	}
+	o.args, o.flags, o.NoProgress = append([]string{"bench"}, args...), recordedFlags(fs), true
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &saturationWatch{stop: cancel}
+	o.onRecord = w.observe
+	var stderr bytes.Buffer
+	sub := &Env{Args: o.args, Stdin: env.Stdin, Stdout: io.Discard, Stderr: &stderr, Getenv: env.Getenv}
+	sum, err := runBench(runCtx, sub, o)
+	var ee *exitError
+	if err != nil && (!errors.As(err, &ee) || ee.code == ExitUsage) || sum.Schema == "" {
+		if ctx.Err() != nil {
+			return sweep.Outcome{}, ctx.Err()
+		}
+		if errors.As(err, &ee) && ee.code == ExitUsage {
+			return sweep.Outcome{}, usageErr("%s: %v", cmdline, err)
+		}
+		return sweep.Outcome{}, fmt.Errorf("%s: %v", cmdline, err)
+	}
+	recs, why := w.result()
+	return sweep.Outcome{Summary: sum, Records: recs, Dir: dir, StoppedEarly: why}, nil
+}
+
+// saturationWatch keeps a live point's records as they finish and stops
+// the point once sweep.EarlySaturation fires (checked every 20 records).
+type saturationWatch struct {
+	mu   sync.Mutex
+	recs []record.Record
+	why  string
+	stop func()
+}
+
+func (w *saturationWatch) observe(r *record.Record) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.recs = append(w.recs, *r)
+	if w.why != "" || len(w.recs)%20 != 0 {
+		return
+	}
+	if why := sweep.EarlySaturation(w.recs); why != "" {
+		w.why = why
+		w.stop()
+	}
+}
+
+func (w *saturationWatch) result() ([]record.Record, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.recs, w.why
 }
 
 func lastLine(s string) string {
@@ -333,7 +340,7 @@ func runSearch(ctx context.Context, env *Env, o *sweepOptions, out string, runPo
 	}
 	fmt.Fprintf(env.Stderr, "ttft sweep: searching %s in [%g, %g]; results in %s\n", name, o.Lo, o.Hi, out)
 	res, err := sweep.Search(ctx, sweep.SearchOptions{Lo: o.Lo, Hi: o.Hi, Integer: integer, Tolerance: o.Tolerance, Repeats: o.Repeats, MaxRuns: o.MaxRuns}, pass)
-	if werr := writeSweepJSON(filepath.Join(out, "sweep.json"), results, &res); werr != nil && err == nil {
+	if werr := writeSweepJSON(filepath.Join(out, rundir.SweepFile), results, &res); werr != nil && err == nil {
 		err = werr
 	}
 	if usage != nil {

@@ -98,43 +98,22 @@ func TestSweepUsageErrors(t *testing.T) {
 	}
 }
 
-// The watcher follows a growing requests.jsonl, ignores a partial last line,
-// and stops the run once the queue grows without bound.
+// The watcher sees a live point's records as they finish and stops the
+// run once the queue grows without bound, not before.
 func TestWatchSaturation(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "requests.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	stopped := make(chan string, 1)
-	go watchSaturation(ctx, path, 10*time.Millisecond, func(why string) { stopped <- why })
+	var stopped int
+	w := &saturationWatch{stop: func() { stopped++ }}
 	t0 := time.Unix(1000, 0)
 	for i := 0; i < 100; i++ {
-		r := record.Record{Index: i, Sent: t0.Add(time.Duration(i) * time.Second), TTFTMs: 50 + 10*float64(i)}
-		b, _ := json.Marshal(r)
-		if i == 99 {
-			f.Write(b[:len(b)/2]) // a line being written
-			break
-		}
-		f.Write(append(b, '\n'))
-		if i == 20 {
-			select {
-			case why := <-stopped:
-				t.Fatalf("stopped after 21 requests: %s", why)
-			case <-time.After(50 * time.Millisecond):
-			}
+		sent := t0.Add(time.Duration(i) * time.Second)
+		w.observe(&record.Record{Index: i, Intended: sent.Add(-time.Millisecond), Sent: sent, TTFTMs: 50 + 10*float64(i)})
+		if i == 20 && stopped > 0 {
+			t.Fatalf("stopped after 21 requests")
 		}
 	}
-	select {
-	case why := <-stopped:
-		if !strings.Contains(why, "TTFT median rose") {
-			t.Fatalf("reason %q", why)
-		}
-	case <-ctx.Done():
-		t.Fatal("growing TTFT not detected")
+	recs, why := w.result()
+	if stopped != 1 || len(recs) != 100 || !strings.Contains(why, "TTFT median rose") {
+		t.Fatalf("stopped %d times, %d records, reason %q", stopped, len(recs), why)
 	}
 }
 

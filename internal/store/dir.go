@@ -10,14 +10,15 @@ import (
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/stats"
 )
 
-// The files of a run directory.
+// The files of a run directory (see package rundir).
 const (
-	RequestsFile = "requests.jsonl"
-	SummaryFile  = "summary.json"
-	ManifestFile = "manifest.json"
+	RequestsFile = rundir.RequestsFile
+	SummaryFile  = rundir.SummaryFile
+	ManifestFile = rundir.ManifestFile
 )
 
 // IsRunDir reports whether path is a directory holding a run's files.
