@@ -8,7 +8,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/stats"
 )
 
 // simSessionTurn is one row of the table and of --json.
@@ -40,7 +40,8 @@ type simSessionReport struct {
 	TP         int              `json:"tensor_parallel_size"`
 	Policy     string           `json:"kv_retention"`
 	Turns      []simSessionTurn `json:"turns"`
-	// P95TTFTMs is the nearest-rank 95th percentile over the turns' TTFTs;
+	// P95TTFTMs is the 95th percentile over the turns' TTFTs (stats.Quantile,
+	// as every P95 ttft prints);
 	// DriftPct turn N's TTFT against turn 1's.
 	P95TTFTMs float64 `json:"p95_ttft_ms"`
 	DriftPct  float64 `json:"drift_pct"`
@@ -120,7 +121,7 @@ quality is out of its reach.`,
 			}
 			rep.DriftPct = 100 * (ttfts[len(ttfts)-1]/ttfts[0] - 1)
 			slices.Sort(ttfts)
-			rep.P95TTFTMs = ttfts[int(math.Ceil(0.95*float64(len(ttfts))))-1]
+			rep.P95TTFTMs = stats.Quantile(ttfts, 0.95)
 			if asJSON {
 				enc := json.NewEncoder(env.Stdout)
 				enc.SetIndent("", "  ")

@@ -116,7 +116,7 @@ func cdfPoints(s []float64, points int) [][2]float64 {
 	}
 	for i := 0; i <= points; i++ {
 		q := float64(i) / float64(points)
-		pts = append(pts, [2]float64{round(quantile(s, q)), round(q)})
+		pts = append(pts, [2]float64{round(stats.Quantile(s, q)), round(q)})
 	}
 	return pts
 }
@@ -132,7 +132,7 @@ func histChart(runs []Run, bins int) *Chart {
 		}
 		lo = math.Min(lo, s[0])
 		// The top 0.5% would stretch the axis over empty bins.
-		hi = math.Max(hi, quantile(s, 0.995))
+		hi = math.Max(hi, stats.Quantile(s, 0.995))
 	}
 	if math.IsInf(lo, 1) {
 		return nil
@@ -210,7 +210,7 @@ func overTimeChart(runs []Run, maxPoints int) *Chart {
 				tsum += pts[lo+j].t
 			}
 			slices.Sort(vals)
-			roll = append(roll, [2]float64{round(tsum / float64(win)), round(quantile(vals, 0.95))})
+			roll = append(roll, [2]float64{round(tsum / float64(win)), round(stats.Quantile(vals, 0.95))})
 		}
 		lines = append(lines, Series{Name: r.Name + " P95 (rolling)", Points: roll, Line: true, Color: ri + 1})
 	}
@@ -435,7 +435,7 @@ func turnChart(runs []Run) *Chart {
 				sum += v
 			}
 			mean = append(mean, [2]float64{float64(t), round(sum / float64(len(s)))})
-			p95 = append(p95, [2]float64{float64(t), round(quantile(s, 0.95))})
+			p95 = append(p95, [2]float64{float64(t), round(stats.Quantile(s, 0.95))})
 		}
 		c.Series = append(c.Series,
 			Series{Name: r.Name + " mean", Points: mean, Markers: true},

@@ -127,21 +127,6 @@ func itlOf(recs []record.Record) []float64 {
 	return out
 }
 
-// quantile of sorted xs with linear interpolation (numpy's default).
-func quantile(sorted []float64, q float64) float64 {
-	n := len(sorted)
-	if n == 0 {
-		return math.NaN()
-	}
-	pos := q * float64(n-1)
-	lo := int(math.Floor(pos))
-	if lo >= n-1 {
-		return sorted[n-1]
-	}
-	f := pos - float64(lo)
-	return sorted[lo] + f*(sorted[lo+1]-sorted[lo])
-}
-
 func sortedCopy(xs []float64) []float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)

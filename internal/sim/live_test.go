@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
@@ -172,7 +173,7 @@ func (l *listSource) Next(context.Context) (*workload.Request, error) {
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return quantile(s, 0.5)
+	return stats.Quantile(s, 0.5)
 }
 
 // streamMany runs n concurrent 64-token streams against a fresh default

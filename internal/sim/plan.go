@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/stats"
 )
 
 // PlanRequest asks for the cheapest deployment meeting SLOs at a load.
@@ -246,19 +247,9 @@ func simulateLoad(ctx context.Context, d *Deployment, rate float64, prompt, out,
 	}
 	slices.Sort(ttfts)
 	slices.Sort(itls)
-	return quantile(ttfts, 0.5), quantile(ttfts, 0.95), quantile(itls, 0.95), overloaded, nil
-}
-
-// quantile of sorted xs by linear interpolation.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
+	itl95 = 0 // one-token outputs have no gaps
+	if len(itls) > 0 {
+		itl95 = stats.Quantile(itls, 0.95)
 	}
-	pos := q * float64(len(xs)-1)
-	i := int(pos)
-	if i+1 >= len(xs) {
-		return xs[len(xs)-1]
-	}
-	f := pos - float64(i)
-	return xs[i]*(1-f) + xs[i+1]*f
+	return stats.Quantile(ttfts, 0.5), stats.Quantile(ttfts, 0.95), itl95, overloaded, nil
 }
