@@ -142,42 +142,9 @@ type benchTarget struct {
 
 // runBench runs one benchmark and writes its files; sweep calls it per point.
 func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, error) {
-	if err := o.load.validate(); err != nil {
-		return record.Summary{}, err
-	}
-	api, err := wire.ParseAPI(o.API)
+	api, reqOpt, err := o.requestOptions(env)
 	if err != nil {
-		return record.Summary{}, usageErr("--api: %v", err)
-	}
-	if o.Format != "" && o.Format != "vllm" {
-		return record.Summary{}, usageErr("--format must be vllm, got %q", o.Format)
-	}
-	if o.MaxErrorRate < 0 || o.MaxErrorRate > 1 {
-		return record.Summary{}, usageErr("--max-error-rate must be between 0 and 1, got %v", o.MaxErrorRate)
-	}
-	if o.MaxTokensKey != "max_tokens" && o.MaxTokensKey != "max_completion_tokens" {
-		return record.Summary{}, usageErr("--max-tokens-field must be max_tokens or max_completion_tokens, got %q", o.MaxTokensKey)
-	}
-	reqOpt := wire.RequestOptions{Temperature: o.Temperature, NoTemperature: o.NoTemperature, NoUsage: o.NoUsage, Headers: http.Header{}, MaxTokensField: o.MaxTokensKey}
-	for _, h := range o.Headers {
-		k, v, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(k) == "" {
-			return record.Summary{}, usageErr("--header %q: want 'Name: value'", h)
-		}
-		reqOpt.Headers.Add(strings.TrimSpace(k), strings.TrimSpace(v))
-	}
-	if o.ExtraBody != "" {
-		if err := json.Unmarshal([]byte(o.ExtraBody), &reqOpt.ExtraBody); err != nil {
-			return record.Summary{}, usageErr("--extra-body is not a JSON object: %v", err)
-		}
-	}
-	reqOpt.APIKey = o.APIKey
-	if reqOpt.APIKey == "" {
-		if api == wire.Anthropic {
-			reqOpt.APIKey = env.getenv("ANTHROPIC_API_KEY")
-		} else if o.Target != "" {
-			reqOpt.APIKey = env.getenv("OPENAI_API_KEY")
-		}
+		return record.Summary{}, err
 	}
 	if o.SelfCheck {
 		if o.Target != "" {
@@ -185,15 +152,8 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 		return record.Summary{}, runSelfCheck(ctx, env, o)
 	}
-
-	src, scenario, tok, err := o.work.build(env)
+	src, scenario, tok, err := o.workload(env)
 	if err != nil {
-		return record.Summary{}, err
-	}
-	if err := o.load.fitWorkload(o.work.size(scenario)); err != nil {
-		return record.Summary{}, err
-	}
-	if err := o.load.checkOpenLoopFlags(src); err != nil {
 		return record.Summary{}, err
 	}
 	tgt, stop, err := resolveTarget(ctx, env, o, api, &reqOpt)
@@ -203,108 +163,26 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	defer stop()
 	reqOpt.Model = tgt.model
 
-	runID := newRunID(time.Now())
+	b := &benchRun{o: o, env: env, api: api, tgt: tgt, src: src, scenario: scenario, runID: newRunID(time.Now())}
 	if o.Target != "" && !o.NoProbe {
-		if err := probeTarget(ctx, tgt.client, api, tgt.base, reqOpt, runID, probeTimeout(o.TTFTTimeout)); err != nil {
+		if err := probeTarget(ctx, tgt.client, api, tgt.base, reqOpt, b.runID, probeTimeout(o.TTFTTimeout)); err != nil {
 			return record.Summary{}, err
 		}
 	}
-	out := o.Out
-	if out == "" {
-		out = filepath.Join(dataDir(env), "runs", runID)
-	}
-	scenarioName := ""
-	if scenario != nil {
-		scenarioName = scenario.Name
-	}
-	man := record.Manifest{
-		Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(),
-		Command: "bench", Args: o.args, Source: "bench", Target: tgt.label, API: string(api),
-		Model: tgt.model, Scenario: scenarioName, Host: hostInfo(), Started: time.Now(),
-		Labels: withLoad(loadLabels(&o.load, &o.work, src, scenario), parseLabels(o.Labels)), Server: tgt.server, Flags: o.flags,
-	}
-	rd, err := rundir.Create(out, man)
-	if err != nil {
-		return record.Summary{}, usageErr("--out: %v", err)
-	}
-	defer rd.Close()
-
-	observers, stopObs, err := o.obs.start(ctx, env, tgt.base)
+	rd, err := b.createDir()
 	if err != nil {
 		return record.Summary{}, err
 	}
-	transport := bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64))
-	if !o.load.openLoop(src) {
-		bench.ClosedLoop(transport, o.load.Concurrency)
-	}
-	if o.Insecure {
-		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // the user asked: self-signed internal endpoints
-	}
-	runner, err := bench.New(bench.Options{
-		API: api, BaseURL: tgt.base, Request: reqOpt,
-		Concurrency: o.load.Concurrency, Rate: o.load.Rate, Arrival: o.load.Arrival, Burstiness: o.load.Burstiness,
-		MaxConcurrency: o.load.MaxConcurrency, RampUp: o.load.RampUp,
-		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
-		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
-		Seed: o.work.Seed, RunID: runID, Target: tgt.label, Tokenizer: tok,
-		Sinks: sinks(rd, o.onRecord), Observers: observers,
-		// W3C trace context of each request's span goes to the server.
-		Client: &http.Client{Transport: telemetry.Transport(transport)},
-	})
+	defer rd.Close()
+	res, runErr, stopObs, err := b.execute(ctx, rd, reqOpt, tok)
 	if err != nil {
-		return record.Summary{}, usageErr("%v", err)
+		return record.Summary{}, err
 	}
-	if !o.Quiet {
-		fmt.Fprintf(env.Stderr, "ttft bench: %s, model %s, %s; results in %s\n", tgt.label, tgt.model, loadLine(&o.load, src, scenario), out)
-	}
-	stopProgress := make(chan struct{})
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		if o.NoProgress || o.Quiet {
-			<-stopProgress
-			return
-		}
-		bench.Display(env.Stderr, runner.Progress(), env.IsTerminal, 10*time.Second, stopProgress)
-	}()
-	defer tuneGC(env)()
-	cpu0, wall0 := cpuTime(), time.Now()
-	res, runErr := runner.Run(ctx, src)
-	cpuUsed, wall := cpuTime()-cpu0, time.Since(wall0)
-	close(stopProgress)
-	<-progressDone
-
 	// What follows must happen even after Ctrl-C.
 	post := context.WithoutCancel(ctx)
-	sum := stats.Summarize(res.Records, stats.SummaryOptions{Source: "bench", Target: tgt.label, API: string(api), Model: tgt.model, Scenario: scenarioName, Seed: o.work.Seed,
-		OpenLoop: o.load.openLoop(src)})
-	if res.Interrupted {
-		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
-	}
-	for _, e := range res.SinkErrors {
-		if e != rd.Err() {
-			sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
-		}
-	}
-	if share := cpuUsed.Seconds() / wall.Seconds() / float64(runtime.GOMAXPROCS(0)); wall > time.Second && share > 0.8 {
-		who := "the client"
-		if o.Target == "" {
-			who = "the client and the in-process simulator"
-		}
-		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s used %.0f%% of %d CPUs: latencies may include client-side queueing", who, 100*share, runtime.GOMAXPROCS(0)))
-	}
-	if w := overloadWarning(&sum, res.Records, o.load.offeredRate(src, scenario)); w != "" {
-		sum.Warnings = append(sum.Warnings, w)
-	}
-	if scenario != nil {
-		verdicts, goodput := scenario.Evaluate(sum, res.Records)
-		sum.SLO, sum.Goodput = verdicts, &goodput
-	}
+	sum := b.summarize(res, rd)
 	sum.ServerSide = stopObs(post)
-	man.Ended, man.Interrupted = time.Now(), res.Interrupted
-	// A failed file (a full disk) loses nothing the run measured: the
-	// records are in memory, so the summary is printed and the run stored
-	// in the database all the same, and the failure is named at the end.
+	b.man.Ended, b.man.Interrupted = time.Now(), res.Interrupted
 	if err := rd.Err(); err != nil {
 		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", rd.RequestsPath(), rd.Kept(), len(res.Records), err))
 	}
@@ -315,23 +193,11 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	if o.Format == "vllm" {
 		extra[rundir.VLLMSummaryFile] = vllmSummary(sum, res.Records, tgt, o)
 	}
-	fileErr := rundir.ErrorText(rd.Finish(man, &sum, extra))
-	storedID := ""
-	if !o.NoStore {
-		if id, err := storeRun(post, env, o.DB, out, man, sum, res.Records); err != nil {
-			where := "in " + out
-			if fileErr != nil {
-				where = "not (all) on disk either: only what the summary below shows is kept"
-			}
-			fmt.Fprintf(env.Stderr, "ttft bench: warning: the run is not in the results database (%v); its results are %s\n", err, where)
-		} else {
-			storedID = id
-			if id != "" && !o.Quiet {
-				fmt.Fprintf(env.Stderr, "ttft bench: stored as run %s\n", id)
-			}
-		}
-	}
-	printSummary(env.Stdout, &sum, &man, out)
+	// A failed file (a full disk) loses nothing the run measured: the
+	// records are in memory, so the summary is printed and the run stored
+	// in the database all the same, and the failure is named at the end.
+	keep := keepRun(post, env, "ttft bench", o.DB, o.NoStore || o.Quiet, o.NoStore, rd, b.man, &sum, res.Records, extra)
+	printSummary(env.Stdout, &sum, &b.man, b.dir)
 	if len(sum.ServerSide) > 0 {
 		fmt.Fprintln(env.Stdout, "\nserver side:")
 		for _, l := range sum.ServerSide {
@@ -339,28 +205,251 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		}
 	}
 	workload.PrintTurnDrift(env.Stdout, workload.TurnDrift(res.Records))
-	if fileErr != nil {
-		kept := "only the summary printed above"
-		if storedID != "" {
-			kept = fmt.Sprintf("all %d records in the results database as run %s", len(res.Records), storedID)
+	return sum, b.exit(&sum, res, runErr, keep)
+}
+
+// requestOptions validates the flags that shape each request and builds
+// them (the model is set once the target is known).
+func (o *benchOptions) requestOptions(env *Env) (wire.API, wire.RequestOptions, error) {
+	var reqOpt wire.RequestOptions
+	if err := o.load.validate(); err != nil {
+		return "", reqOpt, err
+	}
+	api, err := wire.ParseAPI(o.API)
+	if err != nil {
+		return "", reqOpt, usageErr("--api: %v", err)
+	}
+	switch {
+	case o.Format != "" && o.Format != "vllm":
+		return "", reqOpt, usageErr("--format must be vllm, got %q", o.Format)
+	case o.MaxErrorRate < 0 || o.MaxErrorRate > 1:
+		return "", reqOpt, usageErr("--max-error-rate must be between 0 and 1, got %v", o.MaxErrorRate)
+	case o.MaxTokensKey != "max_tokens" && o.MaxTokensKey != "max_completion_tokens":
+		return "", reqOpt, usageErr("--max-tokens-field must be max_tokens or max_completion_tokens, got %q", o.MaxTokensKey)
+	}
+	reqOpt = wire.RequestOptions{Temperature: o.Temperature, NoTemperature: o.NoTemperature, NoUsage: o.NoUsage, Headers: http.Header{}, MaxTokensField: o.MaxTokensKey}
+	for _, h := range o.Headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return "", reqOpt, usageErr("--header %q: want 'Name: value'", h)
 		}
-		return sum, failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, rd.RequestsPath(), rd.Kept())
+		reqOpt.Headers.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
-	if runErr != nil {
-		return sum, fmt.Errorf("run stopped early: %w", runErr)
+	if o.ExtraBody != "" {
+		if err := json.Unmarshal([]byte(o.ExtraBody), &reqOpt.ExtraBody); err != nil {
+			return "", reqOpt, usageErr("--extra-body is not a JSON object: %v", err)
+		}
 	}
+	reqOpt.APIKey = o.APIKey
+	if reqOpt.APIKey == "" {
+		if api == wire.Anthropic {
+			reqOpt.APIKey = env.getenv("ANTHROPIC_API_KEY")
+		} else if o.Target != "" {
+			reqOpt.APIKey = env.getenv("OPENAI_API_KEY")
+		}
+	}
+	return api, reqOpt, nil
+}
+
+// workload builds the run's requests and fits the load flags to them.
+func (o *benchOptions) workload(env *Env) (workload.Source, *workload.Scenario, workload.Tokenizer, error) {
+	src, scenario, tok, err := o.work.build(env)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := o.load.fitWorkload(o.work.size(scenario)); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := o.load.checkOpenLoopFlags(src); err != nil {
+		return nil, nil, nil, err
+	}
+	return src, scenario, tok, nil
+}
+
+// benchRun is one bench run between its target and its verdict.
+type benchRun struct {
+	o        *benchOptions
+	env      *Env
+	api      wire.API
+	tgt      benchTarget
+	src      workload.Source
+	scenario *workload.Scenario
+	runID    string
+	dir      string
+	man      record.Manifest
+	// cpuWarning says the client was short of CPU ("" when not).
+	cpuWarning string
+}
+
+func (b *benchRun) scenarioName() string {
+	if b.scenario == nil {
+		return ""
+	}
+	return b.scenario.Name
+}
+
+// createDir makes the run directory with the run's manifest.
+func (b *benchRun) createDir() (*rundir.Writer, error) {
+	o := b.o
+	b.dir = o.Out
+	if b.dir == "" {
+		b.dir = filepath.Join(dataDir(b.env), "runs", b.runID)
+	}
+	b.man = record.Manifest{
+		Schema: record.ManifestSchema, RunID: b.runID, Tool: "ttft", ToolVersion: version(),
+		Command: "bench", Args: o.args, Source: "bench", Target: b.tgt.label, API: string(b.api),
+		Model: b.tgt.model, Scenario: b.scenarioName(), Host: hostInfo(), Started: time.Now(),
+		Labels: withLoad(loadLabels(&o.load, &o.work, b.src, b.scenario), parseLabels(o.Labels)), Server: b.tgt.server, Flags: o.flags,
+	}
+	rd, err := rundir.Create(b.dir, b.man)
+	if err != nil {
+		return nil, usageErr("--out: %v", err)
+	}
+	return rd, nil
+}
+
+// execute sends the workload with live progress; err is a setup failure
+// (nothing ran), runErr what stopped the run early. stopObs ends the
+// observers and says what the server's own metrics saw.
+func (b *benchRun) execute(ctx context.Context, rd *rundir.Writer, reqOpt wire.RequestOptions, tok workload.Tokenizer) (res bench.Result, runErr error, stopObs func(context.Context) []string, err error) {
+	o := b.o
+	observers, stopObs, err := o.obs.start(ctx, b.env, b.tgt.base)
+	if err != nil {
+		return res, nil, nil, err
+	}
+	transport := bench.NewTransport(max(o.load.Concurrency, o.load.MaxConcurrency, 64))
+	if !o.load.openLoop(b.src) {
+		bench.ClosedLoop(transport, o.load.Concurrency)
+	}
+	if o.Insecure {
+		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // the user asked: self-signed internal endpoints
+	}
+	runner, err := bench.New(bench.Options{
+		API: b.api, BaseURL: b.tgt.base, Request: reqOpt,
+		Concurrency: o.load.Concurrency, Rate: o.load.Rate, Arrival: o.load.Arrival, Burstiness: o.load.Burstiness,
+		MaxConcurrency: o.load.MaxConcurrency, RampUp: o.load.RampUp,
+		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
+		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
+		Seed: o.work.Seed, RunID: b.runID, Target: b.tgt.label, Tokenizer: tok,
+		Sinks: sinks(rd, o.onRecord), Observers: observers,
+		// W3C trace context of each request's span goes to the server.
+		Client: &http.Client{Transport: telemetry.Transport(transport)},
+	})
+	if err != nil {
+		stopObs(context.WithoutCancel(ctx))
+		return res, nil, nil, usageErr("%v", err)
+	}
+	if !o.Quiet {
+		fmt.Fprintf(b.env.Stderr, "ttft bench: %s, model %s, %s; results in %s\n", b.tgt.label, b.tgt.model, loadLine(&o.load, b.src, b.scenario), b.dir)
+	}
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		if o.NoProgress || o.Quiet {
+			<-stopProgress
+			return
+		}
+		bench.Display(b.env.Stderr, runner.Progress(), b.env.IsTerminal, 10*time.Second, stopProgress)
+	}()
+	defer tuneGC(b.env)()
+	cpu0, wall0 := cpuTime(), time.Now()
+	res, runErr = runner.Run(ctx, b.src)
+	b.cpuShare(cpuTime()-cpu0, time.Since(wall0))
+	close(stopProgress)
+	<-progressDone
+	return res, runErr, stopObs, nil
+}
+
+// cpuShare notes the client's CPU use for the summary's warning.
+func (b *benchRun) cpuShare(cpu, wall time.Duration) {
+	if share := cpu.Seconds() / wall.Seconds() / float64(runtime.GOMAXPROCS(0)); wall > time.Second && share > 0.8 {
+		who := "the client"
+		if b.o.Target == "" {
+			who = "the client and the in-process simulator"
+		}
+		b.cpuWarning = fmt.Sprintf("%s used %.0f%% of %d CPUs: latencies may include client-side queueing", who, 100*share, runtime.GOMAXPROCS(0))
+	}
+}
+
+// summarize reduces the records to the run's summary, its warnings and
+// its SLO verdicts.
+func (b *benchRun) summarize(res bench.Result, rd *rundir.Writer) record.Summary {
+	o := b.o
+	sum := stats.Summarize(res.Records, stats.SummaryOptions{Source: "bench", Target: b.tgt.label, API: string(b.api), Model: b.tgt.model, Scenario: b.scenarioName(), Seed: o.work.Seed,
+		OpenLoop: o.load.openLoop(b.src)})
 	if res.Interrupted {
-		return sum, &exitError{code: 130, err: errors.New("interrupted")}
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("interrupted: %d requests in flight were abandoned; the summary covers the %d that completed", res.Canceled, sum.Requests.Total))
+	}
+	for _, e := range res.SinkErrors {
+		if e != rd.Err() {
+			sum.Warnings = append(sum.Warnings, "writing results: "+e.Error())
+		}
+	}
+	if b.cpuWarning != "" {
+		sum.Warnings = append(sum.Warnings, b.cpuWarning)
+	}
+	if w := overloadWarning(&sum, res.Records, o.load.offeredRate(b.src, b.scenario)); w != "" {
+		sum.Warnings = append(sum.Warnings, w)
+	}
+	if b.scenario != nil {
+		verdicts, goodput := b.scenario.Evaluate(sum, res.Records)
+		sum.SLO, sum.Goodput = verdicts, &goodput
+	}
+	return sum
+}
+
+// exit is the run's exit status: files that failed, an early stop, an
+// interrupt, then the gates (error rate, SLOs).
+func (b *benchRun) exit(sum *record.Summary, res bench.Result, runErr, keep error) error {
+	switch {
+	case keep != nil:
+		return keep
+	case runErr != nil:
+		return fmt.Errorf("run stopped early: %w", runErr)
+	case res.Interrupted:
+		return &exitError{code: 130, err: errors.New("interrupted")}
 	}
 	if total := sum.Requests.Total; total > 0 {
-		if rate := float64(sum.Requests.Failed) / float64(total); rate > o.MaxErrorRate {
-			return sum, failErr("%d of %d requests failed (%.1f%% > --max-error-rate %.1f%%)", sum.Requests.Failed, total, 100*rate, 100*o.MaxErrorRate)
+		if rate := float64(sum.Requests.Failed) / float64(total); rate > b.o.MaxErrorRate {
+			return failErr("%d of %d requests failed (%.1f%% > --max-error-rate %.1f%%)", sum.Requests.Failed, total, 100*rate, 100*b.o.MaxErrorRate)
 		}
 	}
 	if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
-		return sum, failErr("scenario %s: SLO not met", scenarioName)
+		return failErr("scenario %s: SLO not met", b.scenarioName())
 	}
-	return sum, nil
+	return nil
+}
+
+// keepRun finishes a run directory and stores the run in the results
+// database (unless noStore). Its error, when files failed, names them and
+// says what was kept: the database holds every record when it could store
+// them, and the file its first whole lines.
+func keepRun(ctx context.Context, env *Env, cmd, db string, quiet, noStore bool, rd *rundir.Writer, man record.Manifest, sum *record.Summary, recs []record.Record, extra map[string]any) error {
+	fileErr := rundir.ErrorText(rd.Finish(man, sum, extra))
+	storedID := ""
+	if !noStore {
+		if id, err := storeRun(ctx, env, db, rd.Dir(), man, *sum, recs); err != nil {
+			where := "in " + rd.Dir()
+			if fileErr != nil {
+				where = "not (all) on disk either: only what the summary below shows is kept"
+			}
+			fmt.Fprintf(env.Stderr, "%s: warning: the run is not in the results database (%v); its results are %s\n", cmd, err, where)
+		} else {
+			storedID = id
+			if id != "" && !quiet {
+				fmt.Fprintf(env.Stderr, "%s: results in %s, stored as run %s\n", cmd, rd.Dir(), id)
+			}
+		}
+	}
+	if fileErr == nil {
+		return nil
+	}
+	kept := "only the summary printed"
+	if storedID != "" {
+		kept = fmt.Sprintf("all %d records in the results database as run %s", len(recs), storedID)
+	}
+	return failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, rd.RequestsPath(), rd.Kept())
 }
 
 // resolveTarget starts the built-in simulator when no target was given, and

@@ -333,16 +333,7 @@ func newSimRunCmd(env *Env) *cobra.Command {
 			if len(drift) > 0 {
 				extra[rundir.TurnsFile] = drift
 			}
-			fileErr := rundir.ErrorText(rd.Finish(man, &sum, extra))
-			storedID := ""
-			if !noStore {
-				if id, err := storeRun(cmd.Context(), env, db, out, man, sum, recs); err != nil {
-					fmt.Fprintf(env.Stderr, "ttft sim run: warning: the run is not in the results database: %v\n", err)
-				} else {
-					storedID = id
-					fmt.Fprintf(env.Stderr, "ttft sim run: results in %s, stored as run %s\n", out, id)
-				}
-			}
+			keep := keepRun(cmd.Context(), env, "ttft sim run", db, false, noStore, rd, man, &sum, recs, extra)
 			printSimSummary(env, d, sum)
 			if len(drift) > 0 {
 				workload.PrintTurnDrift(env.Stdout, drift)
@@ -350,12 +341,8 @@ func newSimRunCmd(env *Env) *cobra.Command {
 					fmt.Fprintln(env.Stdout, line)
 				}
 			}
-			if fileErr != nil {
-				kept := "only the summary printed above"
-				if storedID != "" {
-					kept = fmt.Sprintf("all %d records in the results database as run %s", len(recs), storedID)
-				}
-				return failErr("%v; kept: %s; %s holds the first %d records, whole", fileErr, kept, rd.RequestsPath(), rd.Kept())
+			if keep != nil {
+				return keep
 			}
 			if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
 				return failErr("scenario %s: SLO not met", scenario)
