@@ -4,6 +4,7 @@ package cli
 // engine simulator, live over HTTP or offline on a virtual clock.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,19 +194,22 @@ func newSimServeCmd(env *Env) *cobra.Command {
 	return cmd
 }
 
+// simRunOptions are ttft sim run's flags.
+type simRunOptions struct {
+	dep         simDeployFlags
+	wl          workloadOptions
+	load        loadOptions
+	out         string
+	seed        int64
+	textPrompts bool
+	db          string
+	noStore     bool
+	labels      []string
+	replicas    int
+}
+
 func newSimRunCmd(env *Env) *cobra.Command {
-	var (
-		dep         simDeployFlags
-		wl          workloadOptions
-		load        loadOptions
-		out         string
-		seed        int64
-		textPrompts bool
-		db          string
-		noStore     bool
-		labels      []string
-		replicas    int
-	)
+	o := &simRunOptions{}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Simulate a workload on a virtual clock and write bench-compatible results",
@@ -213,155 +217,189 @@ func newSimRunCmd(env *Env) *cobra.Command {
       --prompt-tokens 2048 --max-tokens 128 --rate 8 --requests 2000 --out runs/sim70b`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, cat, err := dep.build()
-			if err != nil {
-				return err
-			}
-			d, err := sim.Resolve(cat, cfg)
-			if err != nil {
-				return usageErr("%v", err)
-			}
-			if err := load.validate(); err != nil {
-				return err
-			}
-			if load.Requests == 0 && load.Duration == 0 {
-				return usageErr("give --requests or --duration: a simulation needs an end")
-			}
-			var (
-				src  workload.Source
-				scen *workload.Scenario
-				tok  workload.Tokenizer
-			)
-			if !textPrompts && lengthOnlyWorkload(cmd.Flags()) {
-				// The engine needs lengths (and prefix identity), not text:
-				// skip generating and tokenising prompts.
-				minTok, err := wl.lengths()
-				if err != nil {
-					return err
-				}
-				src = &sim.LengthSource{PromptTokens: wl.PromptTokens, MaxTokens: wl.MaxTokens, MinTokens: minTok, Same: wl.SamePrompt}
-			} else if src, scen, tok, err = wl.build(env); err != nil {
-				return err
-			}
-			if err := load.fitWorkload(wl.size(scen)); err != nil {
-				return err
-			}
-			if err := load.checkOpenLoopFlags(src); err != nil {
-				return err
-			}
-			opt := sim.RunOptions{Concurrency: load.Concurrency, Requests: load.Requests, Duration: load.Duration, Warmup: load.Warmup, RampUp: load.RampUp,
-				Seed: uint64(seed), Tokenizer: tok, Start: time.Now().UTC()}
-			if load.Rate > 0 {
-				// --rate overrides --concurrency, as in bench.
-				arr, err := workload.NewArrivals(load.Arrival, load.Rate, load.Burstiness, seed)
-				if err != nil {
-					return usageErr("--arrival: %v", err)
-				}
-				opt.Concurrency, opt.Rate, opt.NextGap, opt.MaxInFlight = 0, load.Rate, arr.Next, load.MaxConcurrency
-			} else if load.openLoop(src) {
-				// A scenario's arrival process or a trace is the load;
-				// sim.Run sends on it, capped by --max-concurrency only.
-				opt.MaxInFlight = load.MaxConcurrency
-			}
-			runID := newRunID(time.Now())
-			if out == "" {
-				out = filepath.Join(dataDir(env), "runs", runID)
-			}
-			scenario := ""
-			if scen != nil {
-				scenario = scen.Name
-			}
-			target := "sim://" + d.Name()
-			if replicas > 1 {
-				target = fmt.Sprintf("sim://%d×%s (round robin)", replicas, d.Name())
-			}
-			host, _ := os.Hostname()
-			man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: env.Args, Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
-				Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
-				Started: opt.Start,
-				Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP * replicas), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
-					"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
-				Flags: changedFlags(cmd.Flags())}
-			maps.Copy(man.Labels, withLoad(loadLabels(&load, &wl, src, scen), parseLabels(labels)))
-			rd, err := rundir.Create(out, man)
-			if err != nil {
-				return usageErr("--out: %v", err)
-			}
-			defer rd.Close()
-			var recs []record.Record
-			wall := time.Now()
-			if c, ok := src.(workload.ClockedSource); ok {
-				c.SetOrigin(opt.Start) // session think times count from the virtual start
-			}
-			if replicas < 1 {
-				return usageErr("--replicas must be at least 1, got %d", replicas)
-			}
-			if replicas > 1 {
-				if _, ok := src.(workload.FeedbackSource); ok {
-					return usageErr("--replicas: a multi-turn workload waits for each reply on its replica; simulate it on one")
-				}
-				if load.Requests == 0 && (load.Rate <= 0 && !load.openLoop(src) || load.Duration == 0) {
-					return usageErr("--replicas needs --requests (or, in an open loop, --duration)")
-				}
-			}
-			st, err := sim.RunFleet(cmd.Context(), d, replicas, src, opt, func(r *record.Record) error {
-				recs = append(recs, *r)
-				_ = rd.Write(r) // a failure ends the file; the records stay in memory (rd.Err)
-				return nil
-			})
-			if err != nil {
-				return failErr("simulation: %v", err)
-			}
-			elapsed := time.Since(wall)
-			sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario, Seed: seed,
-				OpenLoop: load.openLoop(src)})
-			if w := overloadWarning(&sum, recs, load.offeredRate(src, scen)); w != "" {
-				sum.Warnings = append(sum.Warnings, w)
-			}
-			if scen != nil {
-				verdicts, goodput := scen.Evaluate(sum, recs)
-				sum.SLO, sum.Goodput = verdicts, &goodput
-			}
-			sum.Warnings = append(sum.Warnings, fmt.Sprintf("simulated: %s of virtual time in %s of CPU wall time, %d engine steps, %d preemptions, prefix-cache hit rate %.1f%%",
-				st.Virtual.Round(time.Millisecond), elapsed.Round(time.Millisecond), st.Steps, st.Engine.Preemptions, 100*hitRate(st.Engine)))
-			if err := rd.Err(); err != nil {
-				sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", rd.RequestsPath(), rd.Kept(), len(recs), err))
-			}
-			man.Ended = opt.Start.Add(st.Virtual)
-			extra := map[string]any{}
-			drift := workload.TurnDrift(recs)
-			if len(drift) > 0 {
-				extra[rundir.TurnsFile] = drift
-			}
-			keep := keepRun(cmd.Context(), env, "ttft sim run", db, false, noStore, rd, man, &sum, recs, extra)
-			printSimSummary(env, d, sum)
-			if len(drift) > 0 {
-				workload.PrintTurnDrift(env.Stdout, drift)
-				if line := sessionMemory(d, recs); line != "" {
-					fmt.Fprintln(env.Stdout, line)
-				}
-			}
-			if keep != nil {
-				return keep
-			}
-			if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
-				return failErr("scenario %s: SLO not met", scenario)
-			}
-			return nil
+			return runSim(cmd.Context(), env, o, cmd.Flags())
 		},
 	}
 	fs := cmd.Flags()
-	dep.add(fs)
-	addWorkloadFlags(fs, &wl)
-	addLoadFlags(fs, &load)
-	fs.StringVar(&out, "out", "", "directory for requests.jsonl, summary.json and manifest.json (default: a new directory under the ttft data directory)")
-	fs.StringVar(&db, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
-	fs.BoolVar(&noStore, "no-store", false, "do not record the run in the results database")
-	fs.StringArrayVar(&labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
-	fs.IntVar(&replicas, "replicas", 1, "identical replicas behind a round-robin load balancer (the load is the fleet's; --concurrency and --max-concurrency are split across them)")
-	fs.Int64Var(&seed, "load-seed", 1, "seed for arrivals and the bootstrap")
-	fs.BoolVar(&textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
+	o.dep.add(fs)
+	addWorkloadFlags(fs, &o.wl)
+	addLoadFlags(fs, &o.load)
+	fs.StringVar(&o.out, "out", "", "directory for requests.jsonl, summary.json and manifest.json (default: a new directory under the ttft data directory)")
+	fs.StringVar(&o.db, "db", "", "results database (SQLite path or postgres:// URL; default $TTFT_DB or the per-user SQLite file)")
+	fs.BoolVar(&o.noStore, "no-store", false, "do not record the run in the results database")
+	fs.StringArrayVar(&o.labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
+	fs.IntVar(&o.replicas, "replicas", 1, "identical replicas behind a round-robin load balancer (the load is the fleet's; --concurrency and --max-concurrency are split across them)")
+	fs.Int64Var(&o.seed, "load-seed", 1, "seed for arrivals and the bootstrap")
+	fs.BoolVar(&o.textPrompts, "text-prompts", false, "generate real prompt text even for a fixed-length workload (slower; the engine only needs lengths)")
 	return cmd
+}
+
+// runSim simulates the workload on the virtual clock and keeps the run as
+// ttft bench keeps a measured one.
+func runSim(ctx context.Context, env *Env, o *simRunOptions, fs *pflag.FlagSet) error {
+	cfg, cat, err := o.dep.build()
+	if err != nil {
+		return err
+	}
+	d, err := sim.Resolve(cat, cfg)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	src, scen, opt, err := o.workload(env, fs)
+	if err != nil {
+		return err
+	}
+	man := o.manifest(env, d, cfg, src, scen, opt.Start, fs)
+	rd, err := rundir.Create(o.out, man)
+	if err != nil {
+		return usageErr("--out: %v", err)
+	}
+	defer rd.Close()
+	var recs []record.Record
+	wall := time.Now()
+	if c, ok := src.(workload.ClockedSource); ok {
+		c.SetOrigin(opt.Start) // session think times count from the virtual start
+	}
+	st, err := sim.RunFleet(ctx, d, o.replicas, src, opt, func(r *record.Record) error {
+		recs = append(recs, *r)
+		_ = rd.Write(r) // a failure ends the file; the records stay in memory (rd.Err)
+		return nil
+	})
+	if err != nil {
+		return failErr("simulation: %v", err)
+	}
+	elapsed := time.Since(wall)
+	sum := stats.Summarize(recs, stats.SummaryOptions{Source: "sim", Target: man.Target, API: "sim", Model: d.Model.Name, Scenario: man.Scenario, Seed: o.seed,
+		OpenLoop: o.load.openLoop(src)})
+	if w := overloadWarning(&sum, recs, o.load.offeredRate(src, scen)); w != "" {
+		sum.Warnings = append(sum.Warnings, w)
+	}
+	if scen != nil {
+		verdicts, goodput := scen.Evaluate(sum, recs)
+		sum.SLO, sum.Goodput = verdicts, &goodput
+	}
+	sum.Warnings = append(sum.Warnings, fmt.Sprintf("simulated: %s of virtual time in %s of CPU wall time, %d engine steps, %d preemptions, prefix-cache hit rate %.1f%%",
+		st.Virtual.Round(time.Millisecond), elapsed.Round(time.Millisecond), st.Steps, st.Engine.Preemptions, 100*hitRate(st.Engine)))
+	if err := rd.Err(); err != nil {
+		sum.Warnings = append(sum.Warnings, fmt.Sprintf("%s holds only the first %d of %d records: %v", rd.RequestsPath(), rd.Kept(), len(recs), err))
+	}
+	man.Ended = opt.Start.Add(st.Virtual)
+	extra := map[string]any{}
+	drift := workload.TurnDrift(recs)
+	if len(drift) > 0 {
+		extra[rundir.TurnsFile] = drift
+	}
+	keep := keepRun(ctx, env, "ttft sim run", o.db, false, o.noStore, rd, man, &sum, recs, extra)
+	printSimSummary(env, d, sum)
+	if len(drift) > 0 {
+		workload.PrintTurnDrift(env.Stdout, drift)
+		if line := sessionMemory(d, recs); line != "" {
+			fmt.Fprintln(env.Stdout, line)
+		}
+	}
+	if keep != nil {
+		return keep
+	}
+	if len(sum.SLO) > 0 && !workload.Passed(sum.SLO) {
+		return failErr("scenario %s: SLO not met", man.Scenario)
+	}
+	return nil
+}
+
+// workload builds the requests and the run's load, refusing what the
+// simulation cannot do before anything is written.
+func (o *simRunOptions) workload(env *Env, fs *pflag.FlagSet) (workload.Source, *workload.Scenario, sim.RunOptions, error) {
+	load := &o.load
+	var opt sim.RunOptions
+	if err := load.validate(); err != nil {
+		return nil, nil, opt, err
+	}
+	if load.Requests == 0 && load.Duration == 0 {
+		return nil, nil, opt, usageErr("give --requests or --duration: a simulation needs an end")
+	}
+	var (
+		src  workload.Source
+		scen *workload.Scenario
+		tok  workload.Tokenizer
+		err  error
+	)
+	if !o.textPrompts && lengthOnlyWorkload(fs) {
+		// The engine needs lengths (and prefix identity), not text:
+		// skip generating and tokenising prompts.
+		minTok, err := o.wl.lengths()
+		if err != nil {
+			return nil, nil, opt, err
+		}
+		src = &sim.LengthSource{PromptTokens: o.wl.PromptTokens, MaxTokens: o.wl.MaxTokens, MinTokens: minTok, Same: o.wl.SamePrompt}
+	} else if src, scen, tok, err = o.wl.build(env); err != nil {
+		return nil, nil, opt, err
+	}
+	if err := load.fitWorkload(o.wl.size(scen)); err != nil {
+		return nil, nil, opt, err
+	}
+	if err := load.checkOpenLoopFlags(src); err != nil {
+		return nil, nil, opt, err
+	}
+	if err := o.checkReplicas(src); err != nil {
+		return nil, nil, opt, err
+	}
+	opt = sim.RunOptions{Concurrency: load.Concurrency, Requests: load.Requests, Duration: load.Duration, Warmup: load.Warmup, RampUp: load.RampUp,
+		Seed: uint64(o.seed), Tokenizer: tok, Start: time.Now().UTC()}
+	if load.Rate > 0 {
+		// --rate overrides --concurrency, as in bench.
+		arr, err := workload.NewArrivals(load.Arrival, load.Rate, load.Burstiness, o.seed)
+		if err != nil {
+			return nil, nil, opt, usageErr("--arrival: %v", err)
+		}
+		opt.Concurrency, opt.Rate, opt.NextGap, opt.MaxInFlight = 0, load.Rate, arr.Next, load.MaxConcurrency
+	} else if load.openLoop(src) {
+		// A scenario's arrival process or a trace is the load;
+		// sim.Run sends on it, capped by --max-concurrency only.
+		opt.MaxInFlight = load.MaxConcurrency
+	}
+	return src, scen, opt, nil
+}
+
+func (o *simRunOptions) checkReplicas(src workload.Source) error {
+	switch {
+	case o.replicas < 1:
+		return usageErr("--replicas must be at least 1, got %d", o.replicas)
+	case o.replicas == 1:
+		return nil
+	}
+	if _, ok := src.(workload.FeedbackSource); ok {
+		return usageErr("--replicas: a multi-turn workload waits for each reply on its replica; simulate it on one")
+	}
+	if l := &o.load; l.Requests == 0 && (l.Rate <= 0 && !l.openLoop(src) || l.Duration == 0) {
+		return usageErr("--replicas needs --requests (or, in an open loop, --duration)")
+	}
+	return nil
+}
+
+// manifest describes the run (and picks its directory when --out is not
+// given).
+func (o *simRunOptions) manifest(env *Env, d *sim.Deployment, cfg sim.Config, src workload.Source, scen *workload.Scenario, start time.Time, fs *pflag.FlagSet) record.Manifest {
+	runID := newRunID(time.Now())
+	if o.out == "" {
+		o.out = filepath.Join(dataDir(env), "runs", runID)
+	}
+	scenario := ""
+	if scen != nil {
+		scenario = scen.Name
+	}
+	target := "sim://" + d.Name()
+	if o.replicas > 1 {
+		target = fmt.Sprintf("sim://%d×%s (round robin)", o.replicas, d.Name())
+	}
+	host, _ := os.Hostname()
+	man := record.Manifest{Schema: record.ManifestSchema, RunID: runID, Tool: "ttft", ToolVersion: version(), Command: "sim run", Args: env.Args, Source: "sim", Target: target, API: "sim", Model: d.Model.Name, Scenario: scenario,
+		Host:    record.Host{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), GoVersion: runtime.Version()},
+		Started: start,
+		Labels: map[string]string{"gpu": d.GPU.Name, "gpus": strconv.Itoa(d.TP * o.replicas), "tp": strconv.Itoa(d.TP), "replicas": strconv.Itoa(o.replicas), "engine_profile": d.Profile.Name, "kv_blocks": strconv.Itoa(d.NumBlocks),
+			"quantization": cfg.Quantization, "kv_cache_dtype": cfg.KVCacheDtype, "prefix_caching": strconv.FormatBool(cfg.EnablePrefixCaching)},
+		Flags: changedFlags(fs)}
+	maps.Copy(man.Labels, withLoad(loadLabels(&o.load, &o.wl, src, scen), parseLabels(o.labels)))
+	return man
 }
 
 // lengthOnlyWorkload reports whether the workload flags given describe a
