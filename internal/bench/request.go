@@ -84,6 +84,44 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 
 	nt := &netTrace{base: r.now(), now: r.now, kernel: r.kernelClock}
 	defer nt.fill(rec)
+	resp := r.exchange(ctx, nt, req, rec)
+	if resp == nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); strings.Contains(ct, "json") {
+		return r.whole(resp, rec)
+	} else if ct != "" && !strings.Contains(ct, "event-stream") {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		rec.End = r.now()
+		fail(rec, record.ErrMalformed, fmt.Errorf("expected an event stream, got Content-Type %q: %s", ct, oneLine(body)))
+		return ""
+	}
+	st := streamState{rec: rec, gotToken: &gotToken}
+	if req.MaxTokens > 0 {
+		rec.ITLMs = make([]float64, 0, min(req.MaxTokens, 4096))
+	}
+	if st.read(ctx, r, resp, nt) {
+		// Read what follows the end marker (the chunked encoding's last
+		// chunk) so that the connection goes back to the pool: a body
+		// closed before its end makes the transport drop the connection,
+		// and the next request would pay a new connect (and TLS handshake)
+		// inside its TTFT. A server that keeps the stream open is not
+		// waited for long.
+		t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax))
+		t.Stop()
+	}
+	if rec.OK() && rec.FirstToken.IsZero() {
+		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
+	}
+	return st.out.String()
+}
+
+// exchange sends the request, times its send, and returns a successful
+// response with its body unread; nil when rec is already complete (the
+// request could not be built or sent, or the status was not 2xx).
+func (r *Runner) exchange(ctx context.Context, nt *netTrace, req *workload.Request, rec *record.Record) *http.Response {
 	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, nt.clientTrace()), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
 	if err != nil {
 		fail(rec, record.ErrClientRequest, err)
@@ -91,7 +129,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		if rec.Intended.IsZero() {
 			rec.Intended = rec.Sent
 		}
-		return ""
+		return nil
 	}
 	if rec.ID != "" {
 		hreq.Header.Set("X-Request-Id", rec.ID)
@@ -106,7 +144,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		rec.End = r.now()
 		nt.fill(rec)
 		classify(ctx, rec, err)
-		return ""
+		return nil
 	}
 	// On a kept-alive connection the request is sent when its first
 	// write(2) begins (or, without a stamping connection, when the
@@ -127,59 +165,44 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 			rec.Intended = ws
 		}
 	}
-	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
 	if resp.StatusCode/100 != 2 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
 		rec.End = r.now()
 		fail(rec, record.ErrHTTPStatus, fmt.Errorf("HTTP %d: %s", resp.StatusCode, oneLine(body)))
-		return ""
+		return nil
 	}
-	if ct := resp.Header.Get("Content-Type"); strings.Contains(ct, "json") {
-		return r.whole(resp, rec)
-	} else if ct != "" && !strings.Contains(ct, "event-stream") {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
-		rec.End = r.now()
-		fail(rec, record.ErrMalformed, fmt.Errorf("expected an event stream, got Content-Type %q: %s", ct, oneLine(body)))
-		return ""
-	}
+	return resp
+}
 
+// streamState is one stream being read into its record.
+type streamState struct {
+	rec      *record.Record
+	gotToken *atomic.Bool // for the first-token timeout
+	arrival  *arrivalClock
+	out      strings.Builder // generated text, all channels
+	last     time.Time       // the previous token event
+}
+
+// read decodes the event stream into the record until its end marker (true)
+// or an error, which it records (false).
+func (st *streamState) read(ctx context.Context, r *Runner, resp *http.Response, nt *netTrace) bool {
 	clock := r.now
-	var arrival *arrivalClock
-	if st := nt.stamper(); st != nil && resp.ProtoMajor == 1 {
-		arrival = &arrivalClock{conn: st, now: r.now}
-		clock = arrival.Now
+	if s := nt.stamper(); s != nil && resp.ProtoMajor == 1 {
+		st.arrival = &arrivalClock{conn: s, now: r.now}
+		clock = st.arrival.Now
 	}
 	rd := sse.NewReader(resp.Body, sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: clock})
 	dec := wire.NewDecoder(r.opt.API)
 	var chunk wire.Chunk
-	var out strings.Builder
-	var last time.Time
-	if req.MaxTokens > 0 {
-		rec.ITLMs = make([]float64, 0, min(req.MaxTokens, 4096))
-	}
-	done := false
-	for !done {
+	rec := st.rec
+	for {
 		ev, err := rd.Next()
 		if err != nil {
 			rec.End = r.now()
-			switch {
-			case errors.Is(err, io.EOF):
-				// Servers that end without [DONE]/message_stop but with a
-				// finish reason ended properly enough.
-				if rec.FinishReason == "" {
-					fail(rec, record.ErrStreamCut, errors.New("stream ended before its end marker"))
-				}
-			case errors.Is(err, sse.ErrTooLarge):
-				fail(rec, record.ErrMalformed, err)
-			default:
-				nt.fill(rec)
-				classify(ctx, rec, err)
-				if rec.ErrorClass == record.ErrConnect {
-					rec.ErrorClass = record.ErrStreamCut
-				}
-			}
-			break
+			st.ended(ctx, err, nt)
+			return false
 		}
 		if rec.FirstEvent.IsZero() {
 			rec.FirstEvent = ev.At
@@ -187,72 +210,85 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		if err := dec.Decode(ev, &chunk); err != nil {
 			rec.End = ev.At
 			fail(rec, record.ErrMalformed, err)
-			break
+			return false
 		}
 		if chunk.Err != "" {
 			rec.End = ev.At
 			fail(rec, record.ErrStreamError, errors.New(chunk.Err))
-			break
+			return false
 		}
-		if chunk.HasToken() {
-			if rec.FirstToken.IsZero() {
-				rec.FirstToken = ev.At
-				gotToken.Store(true)
-				if arrival != nil && arrival.stamped {
-					rec.ArrivalClock = record.ClockKernel
-					rec.FirstTokenReadDelayMs = float64(arrival.lastDelay) / float64(time.Millisecond)
-				}
-			} else {
-				rec.ITLMs = append(rec.ITLMs, msSince(last, ev.At))
-				if ev.Coalesced {
-					rec.CoalescedEvents++
-				}
-			}
-			last = ev.At
-			rec.OutputEvents++
-			if chunk.Content != "" {
-				if rec.FirstContent.IsZero() {
-					rec.FirstContent = ev.At
-				}
-				out.WriteString(chunk.Content)
-			}
-			if chunk.Reasoning != "" {
-				rec.ReasoningEvents++
-				out.WriteString(chunk.Reasoning)
-			}
-			out.WriteString(chunk.ToolArgs)
-		}
-		if chunk.Finish != "" {
-			rec.FinishReason = chunk.Finish
-		}
-		if u := chunk.Usage; u != nil {
-			rec.PromptTokensUsage = u.PromptTokens
-			rec.OutputTokensUsage = u.CompletionTokens
-			rec.CachedPromptTokens = u.CachedPromptTokens
-		}
-		if chunk.Timings != nil {
-			rec.ServerTimings = chunk.Timings
-		}
+		st.chunk(&chunk, ev)
 		if chunk.Done {
 			rec.End = ev.At
-			done = true
+			return true
 		}
 	}
-	if done {
-		// Read what follows the end marker (the chunked encoding's last
-		// chunk) so that the connection goes back to the pool: a body
-		// closed before its end makes the transport drop the connection,
-		// and the next request would pay a new connect (and TLS handshake)
-		// inside its TTFT. A server that keeps the stream open is not
-		// waited for long.
-		t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax))
-		t.Stop()
+}
+
+// ended records why a stream stopped before its end marker.
+func (st *streamState) ended(ctx context.Context, err error, nt *netTrace) {
+	rec := st.rec
+	switch {
+	case errors.Is(err, io.EOF):
+		// Servers that end without [DONE]/message_stop but with a
+		// finish reason ended properly enough.
+		if rec.FinishReason == "" {
+			fail(rec, record.ErrStreamCut, errors.New("stream ended before its end marker"))
+		}
+	case errors.Is(err, sse.ErrTooLarge):
+		fail(rec, record.ErrMalformed, err)
+	default:
+		nt.fill(rec)
+		classify(ctx, rec, err)
+		if rec.ErrorClass == record.ErrConnect {
+			rec.ErrorClass = record.ErrStreamCut
+		}
 	}
-	if rec.OK() && rec.FirstToken.IsZero() {
-		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
+}
+
+// chunk records one decoded event: tokens and their times, text, finish
+// reason, usage and server timings.
+func (st *streamState) chunk(c *wire.Chunk, ev *sse.Event) {
+	rec := st.rec
+	if c.HasToken() {
+		if rec.FirstToken.IsZero() {
+			rec.FirstToken = ev.At
+			st.gotToken.Store(true)
+			if st.arrival != nil && st.arrival.stamped {
+				rec.ArrivalClock = record.ClockKernel
+				rec.FirstTokenReadDelayMs = float64(st.arrival.lastDelay) / float64(time.Millisecond)
+			}
+		} else {
+			rec.ITLMs = append(rec.ITLMs, msSince(st.last, ev.At))
+			if ev.Coalesced {
+				rec.CoalescedEvents++
+			}
+		}
+		st.last = ev.At
+		rec.OutputEvents++
+		if c.Content != "" {
+			if rec.FirstContent.IsZero() {
+				rec.FirstContent = ev.At
+			}
+			st.out.WriteString(c.Content)
+		}
+		if c.Reasoning != "" {
+			rec.ReasoningEvents++
+			st.out.WriteString(c.Reasoning)
+		}
+		st.out.WriteString(c.ToolArgs)
 	}
-	return out.String()
+	if c.Finish != "" {
+		rec.FinishReason = c.Finish
+	}
+	if u := c.Usage; u != nil {
+		rec.PromptTokensUsage = u.PromptTokens
+		rec.OutputTokensUsage = u.CompletionTokens
+		rec.CachedPromptTokens = u.CachedPromptTokens
+	}
+	if c.Timings != nil {
+		rec.ServerTimings = c.Timings
+	}
 }
 
 // whole records a server that answered stream: true with one JSON body (a
