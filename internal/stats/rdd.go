@@ -170,74 +170,131 @@ type Column struct {
 // Rows where x or y is NaN are dropped (a covariate's NaN drops the row
 // from that covariate's balance and from the naive regression only).
 func RDD(x, y []float64, covs []Column, opt RDDOptions) (RDDResult, error) {
+	if err := checkRDDInput(x, y, covs, &opt); err != nil {
+		return RDDResult{}, err
+	}
+	d := newRDDSample(x, y, opt)
+	res := RDDResult{Cutoff: d.c, Design: "sharp", Donut: opt.Donut, N: len(d.xs)}
+	if d.fuzzy {
+		res.Design = "fuzzy"
+	}
+	if below, above := d.sides(); below < 20 || above < 20 {
+		return res, fmt.Errorf("rdd: need at least 20 sessions on each side of the cutoff %g, got %d below and %d above", d.c, below, above)
+	}
+	h, err := d.bandwidth(opt, &res)
+	if err != nil {
+		return res, err
+	}
+	res.Bandwidth = h
+	if err := d.estimate(h, &res); err != nil {
+		return res, err
+	}
+	d.diagnose(covs, h, opt, &res)
+	// The naive comparison regresses on what the design is about: being
+	// above the cutoff (sharp) or being treated (fuzzy).
+	treated := make([]float64, len(x))
+	for i := range x {
+		switch {
+		case d.fuzzy:
+			treated[i] = opt.Treatment[i]
+		case math.IsNaN(x[i]):
+			treated[i] = math.NaN()
+		case x[i] >= d.c:
+			treated[i] = 1
+		}
+	}
+	res.Naive, res.NaiveMethod, err = naiveEffect(treated, y, covs)
+	if err != nil {
+		res.Warnings = append(res.Warnings, "naive regression unavailable: "+err.Error())
+	}
+	return res, nil
+}
+
+// checkRDDInput refuses inputs of unequal lengths and impossible options,
+// and sets the default cutoff.
+func checkRDDInput(x, y []float64, covs []Column, opt *RDDOptions) error {
 	if len(x) != len(y) {
-		return RDDResult{}, fmt.Errorf("rdd: %d running-variable values but %d outcomes", len(x), len(y))
+		return fmt.Errorf("rdd: %d running-variable values but %d outcomes", len(x), len(y))
 	}
 	for _, c := range covs {
 		if len(c.Data) != len(x) {
-			return RDDResult{}, fmt.Errorf("rdd: covariate %q has %d values, want %d", c.Name, len(c.Data), len(x))
+			return fmt.Errorf("rdd: covariate %q has %d values, want %d", c.Name, len(c.Data), len(x))
 		}
 	}
-	fuzzy := opt.Treatment != nil
-	if fuzzy && len(opt.Treatment) != len(x) {
-		return RDDResult{}, fmt.Errorf("rdd: treatment has %d values, want %d", len(opt.Treatment), len(x))
+	if opt.Treatment != nil && len(opt.Treatment) != len(x) {
+		return fmt.Errorf("rdd: treatment has %d values, want %d", len(opt.Treatment), len(x))
 	}
 	if opt.Cutoff == 0 {
 		opt.Cutoff = 300
 	}
 	if !(opt.Donut >= 0) || !(opt.Bandwidth >= 0) || math.IsInf(opt.Donut+opt.Bandwidth, 0) || math.IsNaN(opt.Cutoff) || math.IsInf(opt.Cutoff, 0) {
-		return RDDResult{}, errors.New("rdd: the cutoff must be finite and the bandwidth and donut finite and not negative")
+		return errors.New("rdd: the cutoff must be finite and the bandwidth and donut finite and not negative")
 	}
-	c := opt.Cutoff
-	var keep []int
+	return nil
+}
+
+// rddSample is the data of an RDD: the rows kept (xs, ys, ds) and, outside
+// the donut, the rows that estimate the jump (ex, ey, ed).
+type rddSample struct {
+	c          float64
+	fuzzy      bool
+	keep       []int
+	xs, ys, ds []float64
+	ex, ey, ed []float64
+}
+
+func newRDDSample(x, y []float64, opt RDDOptions) *rddSample {
+	d := &rddSample{c: opt.Cutoff, fuzzy: opt.Treatment != nil}
 	for i := range x {
-		if !math.IsNaN(x[i]) && !math.IsNaN(y[i]) && (!fuzzy || !math.IsNaN(opt.Treatment[i])) {
-			keep = append(keep, i)
+		if !math.IsNaN(x[i]) && !math.IsNaN(y[i]) && (!d.fuzzy || !math.IsNaN(opt.Treatment[i])) {
+			d.keep = append(d.keep, i)
 		}
 	}
-	xs, ys := pick(x, keep), pick(y, keep)
-	var ds []float64
-	res := RDDResult{Cutoff: c, Design: "sharp", Donut: opt.Donut, N: len(xs)}
-	if fuzzy {
-		ds = pick(opt.Treatment, keep)
-		res.Design = "fuzzy"
+	d.xs, d.ys = pick(x, d.keep), pick(y, d.keep)
+	if d.fuzzy {
+		d.ds = pick(opt.Treatment, d.keep)
 	}
-	below, above := 0, 0
-	for _, v := range xs {
-		if v < c {
+	// The donut removes sessions from the estimation, not from the density
+	// test (manipulation would show exactly there).
+	d.ex, d.ey, d.ed = d.xs, d.ys, d.ds
+	if opt.Donut > 0 {
+		d.ex, d.ey, d.ed = nil, nil, nil
+		for i, v := range d.xs {
+			if math.Abs(v-d.c) >= opt.Donut {
+				d.ex = append(d.ex, v)
+				d.ey = append(d.ey, d.ys[i])
+				if d.fuzzy {
+					d.ed = append(d.ed, d.ds[i])
+				}
+			}
+		}
+	}
+	return d
+}
+
+func (d *rddSample) sides() (below, above int) {
+	for _, v := range d.xs {
+		if v < d.c {
 			below++
 		} else {
 			above++
 		}
 	}
-	if below < 20 || above < 20 {
-		return res, fmt.Errorf("rdd: need at least 20 sessions on each side of the cutoff %g, got %d below and %d above", c, below, above)
-	}
-	// The donut removes sessions from the estimation, not from the density
-	// test (manipulation would show exactly there).
-	ex, ey, ed := xs, ys, ds
-	if opt.Donut > 0 {
-		ex, ey, ed = nil, nil, nil
-		for i, v := range xs {
-			if math.Abs(v-c) >= opt.Donut {
-				ex = append(ex, v)
-				ey = append(ey, ys[i])
-				if fuzzy {
-					ed = append(ed, ds[i])
-				}
-			}
-		}
-	}
+	return below, above
+}
 
+// bandwidth is the user's, or the MSE-optimal one, widened to clear the
+// donut.
+func (d *rddSample) bandwidth(opt RDDOptions, res *RDDResult) (float64, error) {
 	h := opt.Bandwidth
 	res.BandwidthRule = "user"
 	if h == 0 {
 		// On all sessions: the rule's pilot estimates of the density and
 		// variance at the cutoff need the sessions the donut removes.
 		var err error
-		h, err = ikBandwidth(xs, ys, c)
+		h, err = ikBandwidth(d.xs, d.ys, d.c)
 		if err != nil {
-			return res, fmt.Errorf("rdd: choosing the bandwidth: %w", err)
+			return 0, fmt.Errorf("rdd: choosing the bandwidth: %w", err)
 		}
 		res.BandwidthRule = "Imbens–Kalyanaraman (2012) MSE-optimal, triangular kernel"
 		if opt.Donut > 0 && h < 3*opt.Donut {
@@ -246,27 +303,33 @@ func RDD(x, y []float64, covs []Column, opt RDDOptions) (RDDResult, error) {
 		}
 	}
 	if opt.Donut > 0 && h <= 2*opt.Donut {
-		return res, fmt.Errorf("rdd: bandwidth %.3g leaves too little data outside the ±%g donut", h, opt.Donut)
+		return 0, fmt.Errorf("rdd: bandwidth %.3g leaves too little data outside the ±%g donut", h, opt.Donut)
 	}
-	res.Bandwidth = h
-	estimate := func(p int) (jumpFit, error) { return rdJump(ex, ey, c, h, p) }
-	if fuzzy {
-		_, first, err := fuzzyJump(ex, ey, ed, c, h, 1)
+	return h, nil
+}
+
+// estimate fits the jump at bandwidth h: local-linear (conventional), its
+// bias-robust local-quadratic interval, and in a fuzzy design the first
+// stage.
+func (d *rddSample) estimate(h float64, res *RDDResult) error {
+	estimate := func(p int) (jumpFit, error) { return rdJump(d.ex, d.ey, d.c, h, p) }
+	if d.fuzzy {
+		_, first, err := fuzzyJump(d.ex, d.ey, d.ed, d.c, h, 1)
 		res.FirstStage = &first
 		if err != nil {
-			return res, fmt.Errorf("rdd: %w", err)
+			return fmt.Errorf("rdd: %w", err)
 		}
 		if z := math.Abs(first.Value / first.SE); z < 3.2 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("weak first stage: the treatment jumps by %.3g (z = %.1f, F < 10); the fuzzy estimate is unreliable", first.Value, z))
 		}
 		estimate = func(p int) (jumpFit, error) {
-			j, _, err := fuzzyJump(ex, ey, ed, c, h, p)
+			j, _, err := fuzzyJump(d.ex, d.ey, d.ed, d.c, h, p)
 			return j, err
 		}
 	}
 	jump, err := estimate(1)
 	if err != nil {
-		return res, fmt.Errorf("rdd: local-linear fit: %w", err)
+		return fmt.Errorf("rdd: local-linear fit: %w", err)
 	}
 	res.NBelow, res.NAbove = jump.nBelow, jump.nAbove
 	res.LevelBelow, res.LevelAbove = jump.levelBelow, jump.levelAbove
@@ -280,70 +343,59 @@ func RDD(x, y []float64, covs []Column, opt RDDOptions) (RDDResult, error) {
 	if jump.nBelow < 50 || jump.nAbove < 50 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("few sessions within the bandwidth (%d below, %d above): the intervals are unreliable", jump.nBelow, jump.nAbove))
 	}
+	return nil
+}
 
-	if d, err := mcCrary(xs, c); err == nil {
-		res.Density = d
+// diagnose adds the checks of the design: the density test, covariate
+// balance and placebo cutoffs.
+func (d *rddSample) diagnose(covs []Column, h float64, opt RDDOptions, res *RDDResult) {
+	if m, err := mcCrary(d.xs, d.c); err == nil {
+		res.Density = m
 	} else {
 		res.Warnings = append(res.Warnings, "density test unavailable: "+err.Error())
 		res.Density = McCrary{Theta: math.NaN(), SE: math.NaN(), PValue: math.NaN()}
 	}
-
 	for _, cv := range covs {
-		res.Balance = append(res.Balance, balance(cv.Name, pick(cv.Data, keep), xs, c, h, opt.Donut))
+		res.Balance = append(res.Balance, balance(cv.Name, pick(cv.Data, d.keep), d.xs, d.c, h, opt.Donut))
 		if b := res.Balance[len(res.Balance)-1]; math.Abs(b.SMD) >= 0.1 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("covariate %s jumps at the cutoff (SMD %.3f): sessions just above differ from those just below", cv.Name, b.SMD))
 		}
 	}
+	if opt.NoPlacebos {
+		return
+	}
+	placebos := opt.Placebos
+	if placebos == nil {
+		placebos = defaultPlacebos(d.xs, d.c)
+	}
+	for _, pc := range placebos {
+		if pc != d.c {
+			res.Placebos = append(res.Placebos, d.placebo(pc))
+		}
+	}
+}
 
-	if !opt.NoPlacebos {
-		placebos := opt.Placebos
-		if placebos == nil {
-			placebos = defaultPlacebos(xs, c)
-		}
-		for _, pc := range placebos {
-			if pc == c {
-				continue
-			}
-			// Only sessions on the placebo's side of the real cutoff, so that
-			// the real jump cannot leak into the placebo estimate.
-			var px, py []float64
-			for i, v := range ex {
-				if (pc < c && v < c) || (pc > c && v >= c) {
-					px = append(px, v)
-					py = append(py, ey[i])
-				}
-			}
-			p := Placebo{Cutoff: pc, Estimate: newEstimate(math.NaN(), math.NaN())}
-			ph, err := ikBandwidth(px, py, pc)
-			if err == nil {
-				p.Bandwidth = ph
-				if j, err := rdJump(px, py, pc, ph, 1); err == nil {
-					p.Estimate = newEstimate(j.tau, j.se)
-					p.N = j.nBelow + j.nAbove
-				}
-			}
-			res.Placebos = append(res.Placebos, p)
+// placebo estimates a jump at a cutoff where there is none, on the
+// sessions on its side of the real cutoff only, so that the real jump
+// cannot leak into it.
+func (d *rddSample) placebo(pc float64) Placebo {
+	var px, py []float64
+	for i, v := range d.ex {
+		if (pc < d.c && v < d.c) || (pc > d.c && v >= d.c) {
+			px = append(px, v)
+			py = append(py, d.ey[i])
 		}
 	}
-
-	// The naive comparison regresses on what the design is about: being
-	// above the cutoff (sharp) or being treated (fuzzy).
-	treated := make([]float64, len(x))
-	for i := range x {
-		switch {
-		case fuzzy:
-			treated[i] = opt.Treatment[i]
-		case math.IsNaN(x[i]):
-			treated[i] = math.NaN()
-		case x[i] >= c:
-			treated[i] = 1
+	p := Placebo{Cutoff: pc, Estimate: newEstimate(math.NaN(), math.NaN())}
+	ph, err := ikBandwidth(px, py, pc)
+	if err == nil {
+		p.Bandwidth = ph
+		if j, err := rdJump(px, py, pc, ph, 1); err == nil {
+			p.Estimate = newEstimate(j.tau, j.se)
+			p.N = j.nBelow + j.nAbove
 		}
 	}
-	res.Naive, res.NaiveMethod, err = naiveEffect(treated, y, covs)
-	if err != nil {
-		res.Warnings = append(res.Warnings, "naive regression unavailable: "+err.Error())
-	}
-	return res, nil
+	return p
 }
 
 func pick(xs []float64, idx []int) []float64 {
