@@ -64,35 +64,17 @@ type LatencyFit struct {
 // the nearest minimum, and the logistic term has flat regions in which a
 // single start gets stuck.
 func FitLatency(points []LatencyPoint) (LatencyFit, error) {
-	if len(points) == 0 {
-		return LatencyFit{}, errors.New("fitting latency: no points")
-	}
-	for i, pt := range points {
-		where := pt.Label
-		if where == "" {
-			where = fmt.Sprintf("point %d", i+1)
-		}
-		switch {
-		case !(pt.Batch > 0) || math.IsInf(pt.Batch, 0):
-			return LatencyFit{}, fmt.Errorf("fitting latency: %s: batch must be positive, got %v", where, pt.Batch)
-		case !(pt.Context > 0) || math.IsInf(pt.Context, 0):
-			return LatencyFit{}, fmt.Errorf("fitting latency: %s: context must be positive, got %v", where, pt.Context)
-		case !(pt.LatencyMs > 0) || math.IsInf(pt.LatencyMs, 0):
-			return LatencyFit{}, fmt.Errorf("fitting latency: %s: latency must be positive, got %v", where, pt.LatencyMs)
-		}
+	if err := checkLatencyPoints(points); err != nil {
+		return LatencyFit{}, err
 	}
 	n := len(points)
 	X := make([][]float64, n)
 	Y := make([]float64, n)
-	logX := make([][]float64, n)
-	logY := make([]float64, n)
 	linX := make([][]float64, n)
 	bcs := make([]float64, n)
 	for i, pt := range points {
 		X[i] = []float64{pt.Batch, pt.Context}
 		Y[i] = pt.LatencyMs
-		logX[i] = []float64{1, math.Log(pt.Batch), math.Log(pt.Context)}
-		logY[i] = math.Log(pt.LatencyMs)
 		linX[i] = []float64{1, pt.Batch, pt.Context, pt.Batch * pt.Context}
 		bcs[i] = pt.Batch * pt.Context
 	}
@@ -107,28 +89,74 @@ func FitLatency(points []LatencyPoint) (LatencyFit, error) {
 	if n <= len(LatencyModelNames) {
 		return out, fmt.Errorf("fitting the latency model: its %d parameters need at least %d points, got %d", len(LatencyModelNames), len(LatencyModelNames)+1, n)
 	}
+	slices.Sort(bcs)
+	pr := NLSProblem{Names: LatencyModelNames, X: X, Y: Y,
+		F:    func(p, x []float64) float64 { return LatencyModel(p, x[0], x[1]) },
+		Grad: latencyModelGrad}
+	best, lowest := bestLatencyFit(pr, latencyStarts(points, X, Y, bcs), bcs)
+	if best == nil {
+		return out, errors.New("fitting the latency model: no starting point gave a finite fit")
+	}
+	if lowest.SSE < best.SSE*(1-1e-3) && best.SSE > 0 {
+		best.Warnings = append(best.Warnings, fmt.Sprintf("a fit with %.1f%% lower SSE exists but its parameters are not determined by these points (terms trade off, or the cliff leaves the data); this one is reported", 100*(1-lowest.SSE/best.SSE)))
+	}
+	best.Model = "a·b^α·ctx^β + γ·b·ctx/1024 + δ/(1+exp(−(b·ctx/κ − 5)))"
+	lo, hi := bcs[0], bcs[n-1]
+	if k := best.Params[5].Value; 5*k < lo || 5*k > hi {
+		best.Warnings = append(best.Warnings, fmt.Sprintf("the cliff's midpoint b·ctx = 5κ = %.0f lies outside the measured b·ctx range [%.0f, %.0f]: δ and κ are extrapolated", 5*k, lo, hi))
+	}
+	out.Nonlinear = *best
+	return out, nil
+}
+
+// checkLatencyPoints refuses points that no latency model can take.
+func checkLatencyPoints(points []LatencyPoint) error {
+	if len(points) == 0 {
+		return errors.New("fitting latency: no points")
+	}
+	for i, pt := range points {
+		where := pt.Label
+		if where == "" {
+			where = fmt.Sprintf("point %d", i+1)
+		}
+		switch {
+		case !(pt.Batch > 0) || math.IsInf(pt.Batch, 0):
+			return fmt.Errorf("fitting latency: %s: batch must be positive, got %v", where, pt.Batch)
+		case !(pt.Context > 0) || math.IsInf(pt.Context, 0):
+			return fmt.Errorf("fitting latency: %s: context must be positive, got %v", where, pt.Context)
+		case !(pt.LatencyMs > 0) || math.IsInf(pt.LatencyMs, 0):
+			return fmt.Errorf("fitting latency: %s: latency must be positive, got %v", where, pt.LatencyMs)
+		}
+	}
+	return nil
+}
+
+// latencyStarts are the nonlinear fit's starting points (bcs sorted).
+//
+// With α, β and κ fixed the model is linear in a, γ and δ, so a grid over
+// κ (log-spaced so that the cliff's midpoint 5κ sweeps from below to above
+// the observed b·ctx) with a, γ, δ by least squares gives one start per
+// basin, and LM runs from each. Ranking the grid before LM does not work:
+// α and β from the log-log fit are biased by the other two terms, which
+// favours the wrong κ. A handful of naive starts lands in a local minimum
+// with a negative δ in about one fit in six.
+func latencyStarts(points []LatencyPoint, X [][]float64, Y, bcs []float64) [][]float64 {
+	n := len(points)
+	logX := make([][]float64, n)
+	logY := make([]float64, n)
+	for i, pt := range points {
+		logX[i] = []float64{1, math.Log(pt.Batch), math.Log(pt.Context)}
+		logY[i] = math.Log(pt.LatencyMs)
+	}
 	a0, alpha0, beta0 := 1.0, 0.8, 0.6
 	if ll, err := OLS([]string{"log a", "alpha", "beta"}, logX, logY); err == nil {
 		v := ll.Values()
 		a0, alpha0, beta0 = math.Exp(v[0]), v[1], v[2]
 	}
-	slices.Sort(bcs)
 	sy := slices.Clone(Y)
 	slices.Sort(sy)
 	medY := Quantile(sy, 0.5)
-	pr := NLSProblem{Names: LatencyModelNames, X: X, Y: Y,
-		F:    func(p, x []float64) float64 { return LatencyModel(p, x[0], x[1]) },
-		Grad: latencyModelGrad}
-	// Starting points: with α, β and κ fixed the model is linear in a, γ
-	// and δ, so a grid over κ (log-spaced so that the cliff's midpoint 5κ
-	// sweeps from below to above the observed b·ctx) with a, γ, δ by least
-	// squares gives one start per basin, and LM runs from each. Ranking
-	// the grid before LM does not work: α and β from the log-log fit are
-	// biased by the other two terms, which favours the wrong κ. A handful
-	// of naive starts lands in a local minimum with a negative δ in about
-	// one fit in six.
-	type start struct{ p []float64 }
-	var starts []start
+	var starts [][]float64
 	const grid = 16
 	kLo, kHi := bcs[0]/10, bcs[n-1]/2
 	for g := range grid {
@@ -146,17 +174,23 @@ func FitLatency(points []LatencyPoint) (LatencyFit, error) {
 			continue
 		}
 		v := lr.Values()
-		starts = append(starts, start{[]float64{v[0], alpha0, beta0, v[1], v[2], kappa}})
+		starts = append(starts, []float64{v[0], alpha0, beta0, v[1], v[2], kappa})
 	}
 	for _, q := range []float64{0.1, 0.5, 0.9} {
-		starts = append(starts, start{p: []float64{a0, alpha0, beta0, 0, 0.1 * medY, Quantile(bcs, q) / 5}})
+		starts = append(starts, []float64{a0, alpha0, beta0, 0, 0.1 * medY, Quantile(bcs, q) / 5})
 	}
-	// Preference: the cliff near the data (5κ within a decade of the
-	// observed b·ctx — a κ run off to ±∞ turns δ into an intercept and the
-	// cliff into an artefact), then determined parameters (invertible JᵀJ),
-	// then the lowest SSE. A lower SSE reached only by an undetermined fit
-	// (typically α ≈ β ≈ 1, where a·b^α·ctx^β and γ·b·ctx/1024 become the
-	// same term and trade off freely) is mentioned in a warning.
+	return starts
+}
+
+// bestLatencyFit runs LM from every start and keeps, in order of
+// preference: the cliff near the data (5κ within a decade of the observed
+// b·ctx — a κ run off to ±∞ turns δ into an intercept and the cliff into an
+// artefact), then determined parameters (invertible JᵀJ), then the lowest
+// SSE. lowest is the lowest SSE of all, which an undetermined fit
+// (typically α ≈ β ≈ 1, where a·b^α·ctx^β and γ·b·ctx/1024 become the same
+// term and trade off freely) may reach.
+func bestLatencyFit(pr NLSProblem, starts [][]float64, bcs []float64) (best, lowest *FitResult) {
+	n := len(bcs)
 	rank := func(r *FitResult) int {
 		k5 := 5 * r.Params[5].Value
 		near := k5 >= bcs[0]/10 && k5 <= 10*bcs[n-1]
@@ -170,9 +204,8 @@ func FitLatency(points []LatencyPoint) (LatencyFit, error) {
 		}
 		return 3
 	}
-	var best, lowest *FitResult
 	for _, st := range starts {
-		r, err := LevenbergMarquardt(pr, st.p, LMOptions{})
+		r, err := LevenbergMarquardt(pr, st, LMOptions{})
 		if err != nil || math.IsNaN(r.SSE) {
 			continue
 		}
@@ -183,19 +216,7 @@ func FitLatency(points []LatencyPoint) (LatencyFit, error) {
 			lowest = &r
 		}
 	}
-	if best == nil {
-		return out, errors.New("fitting the latency model: no starting point gave a finite fit")
-	}
-	if lowest.SSE < best.SSE*(1-1e-3) && best.SSE > 0 {
-		best.Warnings = append(best.Warnings, fmt.Sprintf("a fit with %.1f%% lower SSE exists but its parameters are not determined by these points (terms trade off, or the cliff leaves the data); this one is reported", 100*(1-lowest.SSE/best.SSE)))
-	}
-	best.Model = "a·b^α·ctx^β + γ·b·ctx/1024 + δ/(1+exp(−(b·ctx/κ − 5)))"
-	lo, hi := bcs[0], bcs[n-1]
-	if k := best.Params[5].Value; 5*k < lo || 5*k > hi {
-		best.Warnings = append(best.Warnings, fmt.Sprintf("the cliff's midpoint b·ctx = 5κ = %.0f lies outside the measured b·ctx range [%.0f, %.0f]: δ and κ are extrapolated", 5*k, lo, hi))
-	}
-	out.Nonlinear = *best
-	return out, nil
+	return best, lowest
 }
 
 // Prediction is a model's latency at one (batch, context) with a 95%
