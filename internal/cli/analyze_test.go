@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttft-dev/ttft/internal/analysis"
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/store"
@@ -106,7 +107,7 @@ func TestFitCommandFromCSVAndRuns(t *testing.T) {
 	if err := record.WriteJSON(filepath.Join(flagRun, "manifest.json"), m); err != nil {
 		t.Fatal(err)
 	}
-	pts, err := readFitPoints(context.Background(), &Env{}, nil, []string{flagRun}, "ttft", "p50")
+	pts, err := analysis.ReadFitPoints(context.Background(), analysis.Inputs{}, []string{flagRun}, analysis.Statistic{Metric: "ttft", Stat: "p50"})
 	if err != nil || len(pts) != 1 || pts[0].Batch != 3 || pts[0].Context != 700 || pts[0].LatencyMs != 12 {
 		t.Errorf("run placed by flags: %+v, %v", pts, err)
 	}
@@ -252,12 +253,18 @@ func TestParetoCommandArticleExample(t *testing.T) {
 		t.Errorf("exit %d, table:\n%s", code, out)
 	}
 	// The plot is well-formed XML with a dot per run, the front and the SLO.
+	// It is the report's Pareto chart, which marks its parts by what they
+	// are rather than by class: a labelled dot per run (and a dot per
+	// front point over it), the front as the one path, the SLO as the one
+	// dashed line, and the axis titles.
 	raw, err := os.ReadFile(svg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dec := xml.NewDecoder(bytes.NewReader(raw))
 	counts := map[string]int{}
+	texts := map[string]int{}
+	inText := false
 	for {
 		tok, err := dec.Token()
 		if err != nil {
@@ -266,16 +273,30 @@ func TestParetoCommandArticleExample(t *testing.T) {
 			}
 			break
 		}
-		if se, ok := tok.(xml.StartElement); ok {
-			for _, at := range se.Attr {
-				if at.Name.Local == "class" {
-					counts[at.Value]++
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			counts[tok.Name.Local]++
+			inText = tok.Name.Local == "text"
+			for _, at := range tok.Attr {
+				if at.Name.Local == "stroke-dasharray" {
+					counts["dashed "+tok.Name.Local]++
 				}
+			}
+		case xml.EndElement:
+			inText = false
+		case xml.CharData:
+			if inText {
+				texts[string(tok)]++
 			}
 		}
 	}
-	if counts["point"] != 3 || counts["front"] != 1 || counts["slo"] != 1 {
+	if counts["circle"] != 3+2 || counts["path"] != 1 || counts["dashed line"] != 1 {
 		t.Errorf("plot elements %v", counts)
+	}
+	for _, want := range []string{"a10g-x1-bs8", "l4-x1-bs16", "a10g-x1-bs16", "SLO 150 ms", "cost (USD per million output tokens)", "TTFT P95 (ms)"} {
+		if texts[want] != 1 {
+			t.Errorf("plot has %d labels %q: %v", texts[want], want, texts)
+		}
 	}
 	// A GPU without a price and a model without one are usage errors.
 	odd := writeRun(t, filepath.Join(tmp, "odd"), record.Summary{TTFT: record.Metric{Count: 1, P95: 1}}, "my-model", nil)
@@ -397,7 +418,7 @@ func FuzzParsePredict(f *testing.F) {
 			}
 			return
 		}
-		if len(p) != 1 || !(p[0].b > 0) || !(p[0].ctx > 0) || math.IsInf(p[0].b, 0) || math.IsInf(p[0].ctx, 0) {
+		if len(p) != 1 || !(p[0].Batch > 0) || !(p[0].Context > 0) || math.IsInf(p[0].Batch, 0) || math.IsInf(p[0].Context, 0) {
 			t.Fatalf("accepted %q as %+v", s, p)
 		}
 	})

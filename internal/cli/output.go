@@ -119,15 +119,12 @@ func vllmSummary(s record.Summary, recs []record.Record, t benchTarget, o *bench
 		if r.Warmup || !r.OK() {
 			continue
 		}
-		in := r.PromptTokensUsage
-		if in == 0 {
-			in = r.PromptTokens
-		}
+		in, out := r.InputTokens(), r.OutputTokens()
 		inputLens = append(inputLens, in)
-		outputLens = append(outputLens, r.OutputTokens())
+		outputLens = append(outputLens, out)
 		ttfts = append(ttfts, r.TTFTMs/1000)
 		totalIn += in
-		totalOut += r.OutputTokens()
+		totalOut += out
 	}
 	m := map[string]any{
 		"backend": "openai-chat", "model_id": t.model, "tokenizer_id": o.work.Tokenizer,

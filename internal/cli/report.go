@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ttft-dev/ttft/internal/analysis"
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/report"
-	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 )
 
@@ -116,18 +116,17 @@ func reportPareto(env *Env, runs []*loadedRun, pricesPath string) ([]stats.Paret
 	if len(runs) < 2 {
 		return nil, nil
 	}
-	prices, err := loadPrices(pricesPath)
+	pr, err := analysis.NewPricer(pricesPath)
 	if err != nil {
 		return nil, usageErr("report: %v", err)
 	}
-	cat := sim.DefaultCatalog()
 	var pts []stats.ParetoPoint
 	for _, l := range runs {
-		ar := &analysisRun{Dir: l.name(), Name: l.name(), Summary: l.Summary, Labels: l.Meta.Labels}
+		ar := &analysis.Run{Dir: l.name(), Name: l.name(), Summary: l.Summary, Labels: l.Meta.Labels}
 		if ar.Labels == nil {
 			ar.Labels = map[string]string{}
 		}
-		p, err := paretoPoint(ar, prices, cat, "ttft", "p95")
+		p, err := pr.Point(ar, analysis.Statistic{Metric: "ttft", Stat: "p95"})
 		if err != nil {
 			continue // unpriced runs simply stay off the cost plane
 		}

@@ -111,15 +111,37 @@ func (r *Record) OK() bool { return r.ErrorClass == ErrNone }
 
 // OutputTokens is the best available output-token count: the server's usage
 // when reported, else our tokenizer's count, else the number of token events.
+// Every count of a request's output tokens goes through it (or, for a
+// summary's totals, Tokens.Output), so that they agree.
 func (r *Record) OutputTokens() int {
+	return bestOutput(r.OutputTokensUsage, r.OutputTokensTokenizer, r.OutputEvents)
+}
+
+// InputTokens is the best available prompt-token count: the server's usage
+// when reported, else the intended count (our tokenizer on the prompt sent).
+// For a summary's totals see Tokens.Input.
+func (r *Record) InputTokens() int {
+	return bestInput(r.PromptTokensUsage, r.PromptTokens)
+}
+
+// bestOutput is the one order of output-token fallbacks.
+func bestOutput(usage, tokenizer, events int) int {
 	switch {
-	case r.OutputTokensUsage > 0:
-		return r.OutputTokensUsage
-	case r.OutputTokensTokenizer > 0:
-		return r.OutputTokensTokenizer
+	case usage > 0:
+		return usage
+	case tokenizer > 0:
+		return tokenizer
 	default:
-		return r.OutputEvents
+		return events
 	}
+}
+
+// bestInput is the one order of prompt-token fallbacks.
+func bestInput(usage, intended int) int {
+	if usage > 0 {
+		return usage
+	}
+	return intended
 }
 
 // JudgedTTFTMs is the TTFT that verdicts, goodput, comparisons and reports

@@ -77,6 +77,42 @@ func TestOutputTokensPrefersUsage(t *testing.T) {
 	}
 }
 
+// TestTokenCountFallbacks pins the one order of token-count fallbacks, for
+// a request and for a summary's totals: output from usage, else the
+// tokenizer, else the events; prompt from usage, else the intended count.
+func TestTokenCountFallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		promptIntended, promptUsage  int
+		outUsage, outTokenizer, outN int
+		wantIn, wantOut              int
+	}{
+		{"everything reported", 100, 108, 7, 6, 5, 108, 7},
+		{"no usage", 100, 0, 0, 6, 5, 100, 6},
+		{"events only", 100, 0, 0, 0, 5, 100, 5},
+		{"usage only", 0, 108, 7, 0, 0, 108, 7},
+		{"usage below the tokenizer", 100, 90, 4, 6, 5, 90, 4},
+		{"nothing", 0, 0, 0, 0, 0, 0, 0},
+	} {
+		r := Record{PromptTokens: tc.promptIntended, PromptTokensUsage: tc.promptUsage,
+			OutputTokensUsage: tc.outUsage, OutputTokensTokenizer: tc.outTokenizer, OutputEvents: tc.outN}
+		if got := r.InputTokens(); got != tc.wantIn {
+			t.Errorf("%s: Record.InputTokens %d, want %d", tc.name, got, tc.wantIn)
+		}
+		if got := r.OutputTokens(); got != tc.wantOut {
+			t.Errorf("%s: Record.OutputTokens %d, want %d", tc.name, got, tc.wantOut)
+		}
+		tk := Tokens{Prompt: tc.promptIntended, PromptUsage: tc.promptUsage,
+			OutputUsage: tc.outUsage, OutputTokenizer: tc.outTokenizer, OutputEvents: tc.outN}
+		if got := tk.Input(); got != tc.wantIn {
+			t.Errorf("%s: Tokens.Input %d, want %d", tc.name, got, tc.wantIn)
+		}
+		if got := tk.Output(); got != tc.wantOut {
+			t.Errorf("%s: Tokens.Output %d, want %d", tc.name, got, tc.wantOut)
+		}
+	}
+}
+
 func TestJudgedTTFTOfSummary(t *testing.T) {
 	s := Summary{TTFT: Metric{Count: 3, P95: 10}, TTFTIntended: Metric{Count: 3, P95: 900}}
 	if s.JudgedTTFT().P95 != 900 {

@@ -61,6 +61,15 @@ type Tokens struct {
 	EventsBelowUsage  int `json:"events_below_usage"`
 }
 
+// Output is the best output-token total, in Record.OutputTokens' order
+// applied to the totals: usage when any was reported, else the tokenizer's
+// count, else the token events.
+func (t *Tokens) Output() int { return bestOutput(t.OutputUsage, t.OutputTokenizer, t.OutputEvents) }
+
+// Input is the best prompt-token total, in Record.InputTokens' order applied
+// to the totals: usage when any was reported, else the intended count.
+func (t *Tokens) Input() int { return bestInput(t.PromptUsage, t.Prompt) }
+
 // Where a judged TTFT starts (Summary.TTFTBasis, SLOVerdict.Basis).
 const (
 	BasisIntended = "intended" // the schedule's intended send time

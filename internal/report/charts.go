@@ -606,8 +606,27 @@ func distinctNumeric(runs []Run, k string) []string {
 }
 
 func paretoChart(points []stats.ParetoPoint) *Chart {
+	return ParetoChart(points, ParetoOptions{})
+}
+
+// ParetoOptions tunes ParetoChart. Zero values give the report's chart.
+type ParetoOptions struct {
+	// YLabel titles the latency axis (default "TTFT P95 (ms)").
+	YLabel string
+	// SLOMs, when positive, draws the latency SLO as a dashed line.
+	SLOMs float64
+}
+
+// ParetoChart is the cost/latency plane: every configuration as a labelled
+// dot, the front (the configurations no other beats on both cost and
+// latency) as a staircase, and the SLO, if any, as a dashed line. It is the
+// report's chart and what `ttft pareto --svg` writes (SVG renders it).
+func ParetoChart(points []stats.ParetoPoint, opt ParetoOptions) *Chart {
 	if len(points) == 0 {
 		return nil
+	}
+	if opt.YLabel == "" {
+		opt.YLabel = "TTFT P95 (ms)"
 	}
 	marked := stats.MarkPareto(points)
 	var all, front Series
@@ -624,6 +643,11 @@ func paretoChart(points []stats.ParetoPoint) *Chart {
 		front.Points = append(front.Points, [2]float64{round(p.Cost), round(p.Latency)})
 		front.Labels = append(front.Labels, p.Name)
 	}
-	return &Chart{ID: "pareto", Title: "Cost vs latency (Pareto front)", Kind: "pareto", XLabel: "cost (USD per million output tokens)", YLabel: "TTFT P95 (ms)",
+	c := &Chart{ID: "pareto", Title: "Cost vs latency (Pareto front)", Kind: "pareto", XLabel: "cost (USD per million output tokens)", YLabel: opt.YLabel,
 		Series: []Series{all, front}}
+	if opt.SLOMs > 0 && !math.IsInf(opt.SLOMs, 0) {
+		c.Limit = opt.SLOMs
+		c.LimitLabel = "SLO " + strconv.FormatFloat(opt.SLOMs, 'g', -1, 64) + " ms"
+	}
+	return c
 }

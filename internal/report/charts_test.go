@@ -204,3 +204,23 @@ func TestLoadText(t *testing.T) {
 		}
 	}
 }
+
+// TestParetoChartSLO: `ttft pareto --svg` draws the report's chart with its
+// own latency axis and the SLO as a dashed, labelled line kept on the plot
+// even above every point; the report's chart (no options) is unchanged.
+func TestParetoChartSLO(t *testing.T) {
+	if d := ParetoChart(paretoPoints, ParetoOptions{}); d.YLabel != "TTFT P95 (ms)" || d.Limit != 0 || !slices.Equal(d.Series[1].Labels, paretoChart(paretoPoints).Series[1].Labels) {
+		t.Errorf("default chart: %+v", d)
+	}
+	ch := ParetoChart(paretoPoints, ParetoOptions{YLabel: "E2E P99 (ms)", SLOMs: 400})
+	if ch.YLabel != "E2E P99 (ms)" || ch.Limit != 400 || ch.LimitLabel != "SLO 400 ms" {
+		t.Fatalf("chart %+v", ch)
+	}
+	if _, _, _, y1 := bounds(ch); y1 < 400 {
+		t.Errorf("y axis ends at %v, below the SLO", y1)
+	}
+	svg := SVG(ch)
+	if !regexp.MustCompile(`<line [^>]*stroke="#b00020"[^>]*stroke-dasharray`).MatchString(svg) || !regexp.MustCompile(`>SLO 400 ms</text>`).MatchString(svg) {
+		t.Errorf("no SLO line in\n%s", svg)
+	}
+}

@@ -93,6 +93,7 @@ func drawChart(cv canvas, ch *Chart) {
 	cv.line(padL, padT, padL, chartH-padB, black, 1, false)
 	cv.text((padL+chartW-padR)/2, chartH-padB+36, ch.XLabel, 0, black, false)
 	cv.text(16, (padT+chartH-padB)/2, ch.YLabel, 0, black, true)
+	drawLimit(cv, ch, py)
 
 	nSeries := len(ch.Series)
 	for i, s := range ch.Series {
@@ -167,6 +168,17 @@ func drawChart(cv canvas, ch *Chart) {
 	if ch.Note != "" {
 		cv.text(chartW-padR, chartH-6, ch.Note, 1, grey, false)
 	}
+}
+
+// drawLimit draws the chart's Limit (an SLO) as a dashed line across the
+// plot, labelled at its right end.
+func drawLimit(cv canvas, ch *Chart, py func(float64) float64) {
+	if ch.Limit <= 0 {
+		return
+	}
+	y := py(ch.Limit)
+	cv.line(padL, y, chartW-padR, y, failRed, 1.5, true)
+	cv.text(chartW-padR-4, y-4, ch.LimitLabel, 1, failRed, false)
 }
 
 // drawLegend draws the series names in the corner of the plot that covers
@@ -294,6 +306,9 @@ func bounds(ch *Chart) (x0, x1, y0, y1 float64) {
 	}
 	if math.IsInf(x0, 1) {
 		return 0, 1, 0, 1
+	}
+	if ch.Limit > 0 {
+		y1 = math.Max(y1, ch.Limit) // the limit line stays on the plot
 	}
 	if ch.Kind == "bars" {
 		// Bin centres: widen by half a bin each side.

@@ -36,6 +36,10 @@ type Chart struct {
 	YMax float64 `json:"y_max,omitempty"`
 	// XInteger puts x ticks on integers only, each within the data (turns).
 	XInteger bool `json:"x_integer,omitempty"`
+	// Limit, when positive, is a y value drawn as a dashed horizontal line
+	// across the plot and labelled LimitLabel (a latency SLO).
+	Limit      float64 `json:"limit,omitempty"`
+	LimitLabel string  `json:"limit_label,omitempty"`
 	// Coverage says which requests the chart leaves out and why (failed
 	// requests, requests without the value), per run; empty when it shows
 	// every measured request. The caption shows it, and the drawing

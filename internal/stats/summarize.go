@@ -116,10 +116,7 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 			}
 			_ = itlSketch.Add(math.Max(g, 1e-9))
 		}
-		inTok += max(r.PromptTokensUsage, 0)
-		if r.PromptTokensUsage == 0 {
-			inTok += r.PromptTokens
-		}
+		inTok += r.InputTokens()
 		outTok += r.OutputTokens()
 		tokens(&s.Tokens, r)
 	}
