@@ -25,7 +25,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/rundir"
-	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/telemetry"
 	"github.com/ttft-dev/ttft/internal/wire"
@@ -458,8 +458,8 @@ func keepRun(ctx context.Context, env *Env, cmd, db string, quiet, noStore bool,
 func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API, reqOpt *wire.RequestOptions) (benchTarget, func(), error) {
 	noop := func() {}
 	if o.Target == "" {
-		cfg := sim.DefaultServerConfig()
-		srv, err := sim.StartServer(ctx, cfg)
+		cfg := serve.DefaultConfig()
+		srv, err := serve.Start(ctx, cfg)
 		if err != nil {
 			return benchTarget{}, noop, fmt.Errorf("starting the built-in simulator: %w", err)
 		}

@@ -6,15 +6,14 @@ package cli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +23,8 @@ import (
 	"github.com/ttft-dev/ttft/internal/gateway/eval"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/rundir"
+	"github.com/ttft-dev/ttft/internal/sloclass"
 	"github.com/ttft-dev/ttft/internal/telemetry"
 )
 
@@ -53,8 +54,8 @@ first byte are retried on another backend. Metrics on /metrics, health on
 Backends come from --config FILE (YAML; reloaded on change or SIGHUP) or,
 to try it, from --backend URL (repeatable, optionally name=URL).
 
-A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
-(120/320/650 ms P95 TTFT), else the route's or the configured default.`,
+A request's SLO: header x-ttft-slo-ms, or x-slo-class: ` + strings.Join(sloclass.Names(), "|") + `
+(` + sloclass.Targets() + ` P95 TTFT), else the route's or the configured default.`,
 		Example: `  ttft sim serve --port 8001 & ttft sim serve --port 8002 &
   ttft gateway --backend http://127.0.0.1:8001 --backend http://127.0.0.1:8002
   ttft gateway --config gateway.yaml`,
@@ -129,56 +130,37 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: code|chat|summary
 				// A run directory of the traffic through the gateway, for
 				// ttft report / compare / runs import: one record per
 				// request, appended as it finishes.
-				man := record.Manifest{Schema: record.ManifestSchema, Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
+				man := record.Manifest{Schema: record.ManifestSchema, RunID: newRunID(time.Now()), Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
 					Source: "gateway", Target: "http://" + cfg.Listen, Host: hostInfo(), Started: time.Now().UTC(), Labels: map[string]string{"policy": cfg.Policy}}
-				if err := record.WriteJSON(filepath.Join(recordsDir, "manifest.json"), man); err != nil {
-					return usageErr("gateway: --records: %v", err)
-				}
-				jw, err := record.NewJSONLWriter(filepath.Join(recordsDir, "requests.jsonl"))
+				rd, err := rundir.Create(recordsDir, man)
 				if err != nil {
 					return usageErr("gateway: --records: %v", err)
 				}
-				var failed atomic.Bool
 				gopts.OnRecord = func(r *record.Record) {
-					if err := jw.Write(r); err != nil && !failed.Swap(true) {
-						log.Error("gateway: writing records stopped", "error", err.Error())
+					// Only the first failure returns an error: the file
+					// ends there, whole (see rundir.Writer.Write).
+					if err := rd.Write(r); err != nil {
+						log.Error("gateway: writing records stopped", "error", err.Error(), "kept", rd.Kept())
 					}
 				}
 				defer func() {
-					jw.Close()
 					man.Ended = time.Now().UTC()
-					record.WriteJSON(filepath.Join(recordsDir, "manifest.json"), man)
-				}()
-			}
-			g, err := gateway.New(*cfg, gopts)
-			if err != nil {
-				return usageErr("gateway: %v", err)
-			}
-			defer g.Close()
-			if configPath != "" {
-				go g.WatchFile(ctx, configPath)
-				hup := make(chan os.Signal, 1)
-				signal.Notify(hup, syscall.SIGHUP)
-				defer signal.Stop(hup)
-				go func() {
-					for {
-						select {
-						case <-ctx.Done():
-							return
-						case <-hup:
-							g.ReloadFile(configPath)
-						}
+					// No summary: ttft report and runs import compute it
+					// from the records.
+					for _, err := range rd.Finish(man, nil, nil) {
+						log.Error("gateway: --records", "error", err.Error())
 					}
 				}()
 			}
-			c := g.Config()
-			ln, err := net.Listen("tcp", c.Listen)
-			if err != nil {
-				return usageErr("gateway: listening on %s: %v", c.Listen, err)
-			}
-			log.Info("gateway listening", "addr", ln.Addr().String(), "policy", c.Policy, "backends", len(c.Backends))
-			logw.Flush()
-			if err := g.Serve(ctx, ln); err != nil {
+			// The gateway, and its configuration reloads (file changes
+			// and SIGHUP) when it came from a file.
+			err = gateway.Run(ctx, configPath, gateway.RunOptions{Options: gopts, Config: cfg,
+				Listening: func(net.Addr) { logw.Flush() }})
+			var se *gateway.StartError
+			switch {
+			case errors.As(err, &se):
+				return usageErr("gateway: %v", se.Err)
+			case err != nil:
 				return failErr("gateway: %v", err)
 			}
 			return nil
@@ -301,7 +283,7 @@ attainment, goodput and prefix-cache hit rate as a Markdown table.`,
 	f.Lookup("rates").DefValue = "10,20,30,40" // eval.DefaultOptions().Rates, shown as typed
 	f.IntVar(&requests, "requests", 2000, "requests per policy and rate (the first 10% are warm-up)")
 	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
-	f.Float64Var(&sloMs, "slo-ms", 320, "TTFT SLO in milliseconds")
+	f.Float64Var(&sloMs, "slo-ms", float64(eval.DefaultOptions().SLO.Milliseconds()), "TTFT SLO in milliseconds")
 	f.Uint64Var(&seed, "seed", 1, "random seed (workload and scheduler)")
 	f.IntVar(&groups, "groups", eval.DefaultOptions().Workload.Groups, "tenants, each with its own shared system prompt")
 	f.IntVar(&suffix, "suffix-max", eval.DefaultOptions().Workload.SuffixMax, "longest unique (uncached) part of a prompt, in tokens")

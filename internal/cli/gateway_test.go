@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
-	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
@@ -45,8 +45,8 @@ func TestGatewayHTTPServerFlag(t *testing.T) {
 func TestBenchThroughGateway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := sim.DefaultServerConfig()
-	fleet, err := sim.StartFleet(ctx, []sim.ServerConfig{cfg, cfg})
+	cfg := serve.DefaultConfig()
+	fleet, err := serve.StartFleet(ctx, []serve.Config{cfg, cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
 	"github.com/ttft-dev/ttft/internal/yamlerr"
@@ -106,7 +107,7 @@ func newSimServeCmd(env *Env) *cobra.Command {
 		host                       string
 		port, replicas, defaultMax int
 		fleetFile, served          string
-		faults                     sim.FaultConfig
+		faults                     serve.FaultConfig
 		startup                    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -125,14 +126,14 @@ func newSimServeCmd(env *Env) *cobra.Command {
 			if host != "127.0.0.1" && host != "localhost" && host != "::1" {
 				fmt.Fprintf(env.Stderr, "warning: listening on %s exposes the simulator beyond this machine\n", host)
 			}
-			base := sim.ServerConfig{Config: cfg, Addr: fmt.Sprintf("%s:%d", host, port), ServedModelName: served, DefaultMaxTokens: defaultMax, Faults: faults, StartupDelay: startup, Catalog: cat}
-			var cfgs []sim.ServerConfig
+			base := serve.Config{Config: cfg, Addr: fmt.Sprintf("%s:%d", host, port), ServedModelName: served, DefaultMaxTokens: defaultMax, Faults: faults, StartupDelay: startup, Catalog: cat}
+			var cfgs []serve.Config
 			if fleetFile != "" {
 				b, err := os.ReadFile(fleetFile)
 				if err != nil {
 					return usageErr("--fleet: %v", err)
 				}
-				cfgs, err = sim.ParseFleet(b)
+				cfgs, err = serve.ParseFleet(b)
 				if err != nil {
 					var ye *yamlerr.Error
 					if errors.As(yamlerr.Clean(fleetFile, err), &ye) {
@@ -160,7 +161,7 @@ func newSimServeCmd(env *Env) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			servers, err := sim.StartFleet(ctx, cfgs)
+			servers, err := serve.StartFleet(ctx, cfgs)
 			if err != nil {
 				return usageErr("%v", err)
 			}

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"io"
+	"log/slog"
 	"math"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ttft-dev/ttft/internal/jsonscan"
 )
 
 // LogBuffer batches log lines on their way to w: lines are written out
@@ -87,21 +89,21 @@ func accessLine(b []byte, now time.Time, x *exchange, e2e time.Duration) []byte 
 	b = append(b, `{"time":"`...)
 	b = now.AppendFormat(b, time.RFC3339Nano) // as slog.JSONHandler
 	b = append(b, `","level":"INFO","msg":"request","api":`...)
-	b = appendJSONString(b, x.api)
+	b = jsonscan.AppendString(b, x.api.Provider())
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, x.model)
+	b = jsonscan.AppendString(b, x.model)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, x.stream)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(x.status), 10)
 	b = append(b, `,"backend":`...)
-	b = appendJSONString(b, x.backend)
+	b = jsonscan.AppendString(b, x.backend)
 	b = append(b, `,"policy":`...)
-	b = appendJSONString(b, x.policy)
+	b = jsonscan.AppendString(b, x.policy)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, x.reason)
+	b = jsonscan.AppendString(b, x.reason)
 	b = append(b, `,"slo_class":`...)
-	b = appendJSONString(b, x.class)
+	b = jsonscan.AppendString(b, x.class)
 	b = append(b, `,"slo_ms":`...)
 	b = appendJSONFloat(b, ms(x.slo))
 	b = append(b, `,"predicted_p95_ms":`...)
@@ -116,22 +118,22 @@ func accessLine(b []byte, now time.Time, x *exchange, e2e time.Duration) []byte 
 	b = strconv.AppendInt(b, int64(x.outTokens), 10)
 	if x.key != "" {
 		b = append(b, `,"key":`...)
-		b = appendJSONString(b, x.key)
+		b = jsonscan.AppendString(b, x.key)
 	}
 	if x.admission != "" {
 		b = append(b, `,"admission":`...)
-		b = appendJSONString(b, x.admission)
+		b = jsonscan.AppendString(b, x.admission)
 	}
 	if x.translated != "" {
 		b = append(b, `,"translated":`...)
-		b = appendJSONString(b, x.translated)
+		b = jsonscan.AppendString(b, x.translated)
 	}
 	if x.canceled {
 		b = append(b, `,"client_canceled":true`...)
 	}
 	if x.errMsg != "" {
 		b = append(b, `,"error":`...)
-		b = appendJSONString(b, x.errMsg)
+		b = jsonscan.AppendString(b, x.errMsg)
 	}
 	return append(b, "}\n"...)
 }
@@ -139,7 +141,7 @@ func accessLine(b []byte, now time.Time, x *exchange, e2e time.Duration) []byte 
 // appendJSONFloat formats as encoding/json does (and so slog).
 func appendJSONFloat(b []byte, f float64) []byte {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return appendJSONString(b, strconv.FormatFloat(f, 'g', -1, 64))
+		return jsonscan.AppendString(b, strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	abs := math.Abs(f)
 	format := byte('f')
@@ -158,55 +160,33 @@ func appendJSONFloat(b []byte, f float64) []byte {
 	return b
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString quotes s as a JSON string: quotes, backslashes and
-// control characters escaped, invalid UTF-8 replaced by U+FFFD, U+2028 and
-// U+2029 escaped (as encoding/json does).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
+// accessAttrs are the access log's fields when it goes through Logger
+// (accessLine writes the same fields itself).
+func accessAttrs(x *exchange, e2e time.Duration) []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String("api", x.api.Provider()), slog.String("model", x.model), slog.Bool("stream", x.stream),
+		slog.Int("status", x.status), slog.String("backend", x.backend), slog.String("policy", x.policy),
+		slog.String("reason", x.reason), slog.String("slo_class", x.class),
+		slog.Float64("slo_ms", ms(x.slo)), slog.Float64("predicted_p95_ms", ms(x.predicted)),
+		slog.Float64("ttft_ms", ms(x.ttft)), slog.Float64("e2e_ms", ms(e2e)),
+		slog.Int("attempts", x.attempts), slog.Int("output_tokens", x.outTokens),
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	if x.key != "" {
+		attrs = append(attrs, slog.String("key", x.key))
+	}
+	if x.admission != "" {
+		attrs = append(attrs, slog.String("admission", x.admission))
+	}
+	if x.translated != "" {
+		attrs = append(attrs, slog.String("translated", x.translated))
+	}
+	if x.canceled {
+		attrs = append(attrs, slog.Bool("client_canceled", true))
+	}
+	if x.errMsg != "" {
+		attrs = append(attrs, slog.String("error", x.errMsg))
+	}
+	return attrs
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -3,13 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // The gateway's own access-log formatter must produce byte for byte what
@@ -22,11 +23,11 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 		x    exchange
 		e2e  time.Duration
 	}{
-		{"plain", exchange{api: "openai", model: "m", stream: true, status: 200, backend: "b", policy: "slo-predictive", reason: "headroom", class: "chat",
+		{"plain", exchange{api: wire.OpenAIChat, model: "m", stream: true, status: 200, backend: "b", policy: "slo-predictive", reason: "headroom", class: "chat",
 			slo: 320 * time.Millisecond, predicted: 1234567 * time.Nanosecond, ttft: 987654 * time.Nanosecond, attempts: 1, outTokens: 8}, 12 * time.Millisecond},
-		{"all optional fields", exchange{api: "anthropic", model: "claude\"x\\y", status: 502, key: "team <a&b>", admission: "degrade", translated: "anthropic->openai", canceled: true,
+		{"all optional fields", exchange{api: wire.Anthropic, model: "claude\"x\\y", status: 502, key: "team <a&b>", admission: "degrade", translated: "anthropic->openai", canceled: true,
 			errMsg: "backend b ended\n\tthe stream \x01 \u2028 \xff ünïcode"}, 3 * time.Second},
-		{"tiny and huge floats", exchange{api: "openai", slo: 1, predicted: time.Duration(1 << 62), ttft: 3}, 0},
+		{"tiny and huge floats", exchange{api: wire.OpenAIChat, slo: 1, predicted: time.Duration(1 << 62), ttft: 3}, 0},
 		{"zero", exchange{}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,25 +44,6 @@ func TestAccessLineMatchesSlog(t *testing.T) {
 			}
 		})
 	}
-}
-
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", "q\"b\\", "\x00\x1f\x7f", "\u2028\u2029", "\xff\xfe", "é日本"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		b := appendJSONString(nil, s)
-		var back string
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatalf("%q encodes to invalid JSON %s: %v", s, b, err)
-		}
-		want, _ := json.Marshal(s) // replaces invalid UTF-8 the same way
-		var wantBack string
-		json.Unmarshal(want, &wantBack)
-		if back != wantBack {
-			t.Fatalf("%q round-trips to %q, encoding/json gives %q", s, back, wantBack)
-		}
-	})
 }
 
 type countingWriter struct {
@@ -132,7 +114,7 @@ func TestLogBuffer(t *testing.T) {
 // BenchmarkAccessLog is one access-log line: the gateway's formatter into
 // a LogBuffer (what `ttft gateway` uses) vs log/slog's JSON handler.
 func BenchmarkAccessLog(b *testing.B) {
-	x := exchange{api: "openai", model: "llama-3.1-8b", stream: true, status: 200, backend: "h100-a", policy: "slo-predictive", reason: "headroom",
+	x := exchange{api: wire.OpenAIChat, model: "llama-3.1-8b", stream: true, status: 200, backend: "h100-a", policy: "slo-predictive", reason: "headroom",
 		class: "chat", slo: 320 * time.Millisecond, predicted: 87 * time.Millisecond, ttft: 91 * time.Millisecond, attempts: 1, outTokens: 256}
 	b.Run("accessLine+LogBuffer", func(b *testing.B) {
 		lb := NewLogBuffer(io.Discard, time.Second)

@@ -302,81 +302,13 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	bad := func(msg string, path ...any) error {
-		field := ""
-		for _, p := range path {
-			switch v := p.(type) {
-			case string:
-				if field != "" {
-					field += "."
-				}
-				field += v
-			case int:
-				field += fmt.Sprintf("[%d]", v)
-			}
+	bad := fieldErrs{file: c.File, root: root}
+	// Section by section, in the order the file documents them: each
+	// applies its defaults and reports its first mistake.
+	for _, v := range []func(fieldErrs) error{c.validateTop, c.validateRetry, c.validateLimits, c.validateHealth} {
+		if err := v(bad); err != nil {
+			return err
 		}
-		return &ConfigError{File: c.File, Line: lineOf(root, path...), Field: field, Msg: msg}
-	}
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:8080"
-	}
-	if c.Policy == "" {
-		c.Policy = sched.SLOPredictive
-	}
-	if !slices.Contains(sched.Policies(), c.Policy) {
-		return bad(fmt.Sprintf("unknown policy %q (want one of %s)", c.Policy, strings.Join(sched.Policies(), ", ")), "policy")
-	}
-	if c.SLOClass != "" {
-		if _, err := sched.ParseClass(c.SLOClass); err != nil {
-			return bad(err.Error(), "slo_class")
-		}
-	}
-	if c.Explore < 0 || c.Explore > 0.5 {
-		return bad("must be between 0 and 0.5", "explore")
-	}
-	if c.PanicThreshold == 0 {
-		c.PanicThreshold = 0.5
-	}
-	if c.PanicThreshold > 1 {
-		return bad("must be at most 1 (a share of the backends; negative turns panic routing off)", "panic_threshold")
-	}
-	if c.Retry.Attempts == 0 {
-		c.Retry.Attempts = 3
-	}
-	if c.Retry.Attempts < 1 || c.Retry.Attempts > 10 {
-		return bad("must be between 1 and 10", "retry", "attempts")
-	}
-	if c.Retry.Budget == 0 {
-		c.Retry.Budget = 0.2
-	}
-	if c.Retry.Budget < 0 || c.Retry.Budget > 1 {
-		return bad("must be between 0 and 1", "retry", "budget")
-	}
-	if c.Limits.MaxBodyBytes == 0 {
-		c.Limits.MaxBodyBytes = 8 << 20
-	}
-	if c.Limits.MaxBodyBytes < 1024 {
-		return bad("must be at least 1024", "limits", "max_body_bytes")
-	}
-	def := func(d *Duration, v time.Duration) {
-		if *d == 0 {
-			*d = Duration(v)
-		}
-	}
-	def(&c.Limits.HeaderTimeout, 10*time.Second)
-	def(&c.Limits.FirstByteTimeout, 60*time.Second)
-	def(&c.Limits.ResponseTimeout, 10*time.Minute)
-	def(&c.Limits.IdleStreamTimeout, 30*time.Second)
-	def(&c.Health.Interval, 5*time.Second)
-	def(&c.Health.Timeout, 2*time.Second)
-	if c.Health.Path == "" {
-		c.Health.Path = "/v1/models"
-	}
-	if !strings.HasPrefix(c.Health.Path, "/") {
-		return bad("must start with /", "health", "path")
-	}
-	if c.Health.Failures == 0 {
-		c.Health.Failures = 2
 	}
 	if c.Translate == nil {
 		on := true
@@ -386,74 +318,213 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 		on := true
 		c.AccessLog = &on
 	}
+	if err := c.validateBackends(bad, getenv); err != nil {
+		return err
+	}
+	if err := c.validateRoutes(bad); err != nil {
+		return err
+	}
+	if err := c.validateKeys(bad); err != nil {
+		return err
+	}
+	if c.MetricsRequireKey && len(c.Keys) == 0 {
+		return bad.at("needs client keys (keys)", "metrics_require_key")
+	}
+	return nil
+}
+
+// fieldErrs makes one configuration's ConfigErrors: the field by its path
+// ("backends", 1, "url" → backends[1].url) and its line in the YAML (root;
+// nil for configurations built in code).
+type fieldErrs struct {
+	file string
+	root *yaml.Node
+}
+
+func (e fieldErrs) at(msg string, path ...any) error {
+	field := ""
+	for _, p := range path {
+		switch v := p.(type) {
+		case string:
+			if field != "" {
+				field += "."
+			}
+			field += v
+		case int:
+			field += fmt.Sprintf("[%d]", v)
+		}
+	}
+	return &ConfigError{File: e.file, Line: lineOf(e.root, path...), Field: field, Msg: msg}
+}
+
+// validateTop checks the top-level scheduling fields: listen, policy,
+// slo_class, explore, panic_threshold.
+func (c *Config) validateTop(bad fieldErrs) error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Policy == "" {
+		c.Policy = sched.SLOPredictive
+	}
+	if !slices.Contains(sched.Policies(), c.Policy) {
+		return bad.at(fmt.Sprintf("unknown policy %q (want one of %s)", c.Policy, strings.Join(sched.Policies(), ", ")), "policy")
+	}
+	if c.SLOClass != "" {
+		if _, err := sched.ParseClass(c.SLOClass); err != nil {
+			return bad.at(err.Error(), "slo_class")
+		}
+	}
+	if c.Explore < 0 || c.Explore > 0.5 {
+		return bad.at("must be between 0 and 0.5", "explore")
+	}
+	if c.PanicThreshold == 0 {
+		c.PanicThreshold = 0.5
+	}
+	if c.PanicThreshold > 1 {
+		return bad.at("must be at most 1 (a share of the backends; negative turns panic routing off)", "panic_threshold")
+	}
+	return nil
+}
+
+// validateRetry checks retry.
+func (c *Config) validateRetry(bad fieldErrs) error {
+	if c.Retry.Attempts == 0 {
+		c.Retry.Attempts = 3
+	}
+	if c.Retry.Attempts < 1 || c.Retry.Attempts > 10 {
+		return bad.at("must be between 1 and 10", "retry", "attempts")
+	}
+	if c.Retry.Budget == 0 {
+		c.Retry.Budget = 0.2
+	}
+	if c.Retry.Budget < 0 || c.Retry.Budget > 1 {
+		return bad.at("must be between 0 and 1", "retry", "budget")
+	}
+	return nil
+}
+
+// setDefault sets *d to v when it is zero.
+func setDefault(d *Duration, v time.Duration) {
+	if *d == 0 {
+		*d = Duration(v)
+	}
+}
+
+// validateLimits checks limits.
+func (c *Config) validateLimits(bad fieldErrs) error {
+	if c.Limits.MaxBodyBytes == 0 {
+		c.Limits.MaxBodyBytes = 8 << 20
+	}
+	if c.Limits.MaxBodyBytes < 1024 {
+		return bad.at("must be at least 1024", "limits", "max_body_bytes")
+	}
+	setDefault(&c.Limits.HeaderTimeout, 10*time.Second)
+	setDefault(&c.Limits.FirstByteTimeout, 60*time.Second)
+	setDefault(&c.Limits.ResponseTimeout, 10*time.Minute)
+	setDefault(&c.Limits.IdleStreamTimeout, 30*time.Second)
+	return nil
+}
+
+// validateHealth checks health.
+func (c *Config) validateHealth(bad fieldErrs) error {
+	setDefault(&c.Health.Interval, 5*time.Second)
+	setDefault(&c.Health.Timeout, 2*time.Second)
+	if c.Health.Path == "" {
+		c.Health.Path = "/v1/models"
+	}
+	if !strings.HasPrefix(c.Health.Path, "/") {
+		return bad.at("must start with /", "health", "path")
+	}
+	if c.Health.Failures == 0 {
+		c.Health.Failures = 2
+	}
+	return nil
+}
+
+// validateBackends checks backends (at least one, unique names) and
+// resolves their api_key_env with getenv.
+func (c *Config) validateBackends(bad fieldErrs, getenv func(string) string) error {
 	if len(c.Backends) == 0 {
-		return bad("at least one backend is required", "backends")
+		return bad.at("at least one backend is required", "backends")
 	}
 	names := map[string]bool{}
 	for i := range c.Backends {
 		b := &c.Backends[i]
 		if b.Name == "" {
-			return bad("is required", "backends", i, "name")
+			return bad.at("is required", "backends", i, "name")
 		}
 		if names[b.Name] {
-			return bad(fmt.Sprintf("duplicate backend name %q", b.Name), "backends", i, "name")
+			return bad.at(fmt.Sprintf("duplicate backend name %q", b.Name), "backends", i, "name")
 		}
 		names[b.Name] = true
-		u, err := url.Parse(b.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad(fmt.Sprintf("%q is not an absolute http(s) URL", b.URL), "backends", i, "url")
-		}
-		b.URL = strings.TrimRight(b.URL, "/")
-		switch b.API {
-		case "":
-			b.API = "openai"
-		case "openai", "anthropic", "both":
-		default:
-			return bad(fmt.Sprintf("unknown API %q (want openai, anthropic or both)", b.API), "backends", i, "api")
-		}
-		if b.Weight < 0 {
-			return bad("must not be negative", "backends", i, "weight")
-		}
-		if b.MaxConcurrency < 0 {
-			return bad("must not be negative", "backends", i, "max_concurrency")
-		}
-		if b.Cost.InputPerMillion < 0 || b.Cost.OutputPerMillion < 0 {
-			return bad("costs must not be negative", "backends", i, "cost")
-		}
-		if b.SLOClass != "" {
-			if _, err := sched.ParseClass(b.SLOClass); err != nil {
-				return bad(err.Error(), "backends", i, "slo_class")
-			}
-		}
-		if b.MetricsURL != "" {
-			if u, err := url.Parse(b.MetricsURL); err != nil || u.Host == "" {
-				return bad(fmt.Sprintf("%q is not an absolute URL", b.MetricsURL), "backends", i, "metrics_url")
-			}
-		}
-		if b.APIKeyEnv != "" {
-			b.apiKey = getenv(b.APIKeyEnv)
-			if b.apiKey == "" {
-				return bad(fmt.Sprintf("environment variable %s is not set", b.APIKeyEnv), "backends", i, "api_key_env")
-			}
+		if err := b.validate(bad, i, getenv); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// validate checks backends[i] but for its name.
+func (b *BackendConfig) validate(bad fieldErrs, i int, getenv func(string) string) error {
+	u, err := url.Parse(b.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad.at(fmt.Sprintf("%q is not an absolute http(s) URL", b.URL), "backends", i, "url")
+	}
+	b.URL = strings.TrimRight(b.URL, "/")
+	switch b.API {
+	case "":
+		b.API = "openai"
+	case "openai", "anthropic", "both":
+	default:
+		return bad.at(fmt.Sprintf("unknown API %q (want openai, anthropic or both)", b.API), "backends", i, "api")
+	}
+	if b.Weight < 0 {
+		return bad.at("must not be negative", "backends", i, "weight")
+	}
+	if b.MaxConcurrency < 0 {
+		return bad.at("must not be negative", "backends", i, "max_concurrency")
+	}
+	if b.Cost.InputPerMillion < 0 || b.Cost.OutputPerMillion < 0 {
+		return bad.at("costs must not be negative", "backends", i, "cost")
+	}
+	if b.SLOClass != "" {
+		if _, err := sched.ParseClass(b.SLOClass); err != nil {
+			return bad.at(err.Error(), "backends", i, "slo_class")
+		}
+	}
+	if b.MetricsURL != "" {
+		if u, err := url.Parse(b.MetricsURL); err != nil || u.Host == "" {
+			return bad.at(fmt.Sprintf("%q is not an absolute URL", b.MetricsURL), "backends", i, "metrics_url")
+		}
+	}
+	if b.APIKeyEnv != "" {
+		b.apiKey = getenv(b.APIKeyEnv)
+		if b.apiKey == "" {
+			return bad.at(fmt.Sprintf("environment variable %s is not set", b.APIKeyEnv), "backends", i, "api_key_env")
+		}
+	}
+	return nil
+}
+
+// validateRoutes checks routes: one per model, admission and its target.
+func (c *Config) validateRoutes(bad fieldErrs) error {
 	models := map[string]bool{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		if r.Model == "" {
-			return bad("is required", "routes", i, "model")
+			return bad.at("is required", "routes", i, "model")
 		}
 		if models[r.Model] {
-			return bad(fmt.Sprintf("duplicate route for model %q", r.Model), "routes", i, "model")
+			return bad.at(fmt.Sprintf("duplicate route for model %q", r.Model), "routes", i, "model")
 		}
 		models[r.Model] = true
 		if r.SLOClass != "" {
 			if _, err := sched.ParseClass(r.SLOClass); err != nil {
-				return bad(err.Error(), "routes", i, "slo_class")
+				return bad.at(err.Error(), "routes", i, "slo_class")
 			}
 		}
 		if r.SLOMs < 0 {
-			return bad("must not be negative", "routes", i, "slo_ms")
+			return bad.at("must not be negative", "routes", i, "slo_ms")
 		}
 		switch r.Admission {
 		case "":
@@ -461,32 +532,34 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 		case AdmitBestEffort, AdmitReject:
 		case AdmitDegrade:
 			if r.DegradeTo == "" {
-				return bad("admission: degrade needs degrade_to", "routes", i, "degrade_to")
+				return bad.at("admission: degrade needs degrade_to", "routes", i, "degrade_to")
 			}
 		default:
-			return bad(fmt.Sprintf("unknown admission %q (want best-effort, reject or degrade)", r.Admission), "routes", i, "admission")
+			return bad.at(fmt.Sprintf("unknown admission %q (want best-effort, reject or degrade)", r.Admission), "routes", i, "admission")
 		}
 	}
+	return nil
+}
+
+// validateKeys checks keys: named, unique SHA-256 hashes, rate limits.
+func (c *Config) validateKeys(bad fieldErrs) error {
 	hashes := map[string]bool{}
 	for i := range c.Keys {
 		k := &c.Keys[i]
 		if k.Name == "" {
-			return bad("is required", "keys", i, "name")
+			return bad.at("is required", "keys", i, "name")
 		}
 		k.SHA256 = strings.ToLower(k.SHA256)
 		if len(k.SHA256) != 64 || strings.Trim(k.SHA256, "0123456789abcdef") != "" {
-			return bad("must be 64 hex digits: the SHA-256 of the key (ttft gateway hash-key)", "keys", i, "sha256")
+			return bad.at("must be 64 hex digits: the SHA-256 of the key (ttft gateway hash-key)", "keys", i, "sha256")
 		}
 		if hashes[k.SHA256] {
-			return bad("duplicate key", "keys", i, "sha256")
+			return bad.at("duplicate key", "keys", i, "sha256")
 		}
 		hashes[k.SHA256] = true
 		if k.RequestsPerMinute < 0 || k.TokensPerMinute < 0 {
-			return bad("rate limits must not be negative", "keys", i)
+			return bad.at("rate limits must not be negative", "keys", i)
 		}
-	}
-	if c.MetricsRequireKey && len(c.Keys) == 0 {
-		return bad("needs client keys (keys)", "metrics_require_key")
 	}
 	return nil
 }

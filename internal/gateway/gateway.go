@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +21,9 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/httpx"
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // Options are the gateway's process-level dependencies.
@@ -49,8 +50,8 @@ type Options struct {
 	// Seed makes the scheduler's random choices reproducible (0: clock).
 	Seed uint64
 	// HTTPServer chooses the server behind Serve: "" or "ttft" for the
-	// gateway's own HTTP/1.1 server (h1server.go), "net/http" for the
-	// standard library's.
+	// gateway's own HTTP/1.1 server (httpx.Server), "net/http" for the
+	// standard library's (httpx.ServeStd).
 	HTTPServer string
 	// OnRecord, if set, gets every finished request as a record.Record
 	// (source "gateway"), after its response is complete: e.g. appended to
@@ -70,7 +71,7 @@ type Gateway struct {
 	tracer  trace.Tracer
 	tracing bool // false for a no-op provider: spans are not even built
 	client  *http.Client
-	h1      *h1Client // nil when Options.Transport is set
+	h1      *httpx.Client // nil when Options.Transport is set
 	log     *slog.Logger
 	budget  retryBudget
 	// recIndex numbers the records given to OnRecord.
@@ -150,9 +151,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if tr == nil {
 		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 		// Plain-http backends go through the gateway's own HTTP/1.1
-		// client (h1client.go); the Transport serves https backends and
+		// client (httpx.Client); the Transport serves https backends and
 		// health checks.
-		g.h1 = newH1Client(dialer, 1024, 90*time.Second)
+		g.h1 = httpx.NewClient(httpx.ClientOptions{Dial: dialer.DialContext, MaxIdlePerHost: 1024, IdleTimeout: 90 * time.Second})
 		tr = &http.Transport{
 			Proxy:               nil, // never send backend traffic through an environment proxy
 			DialContext:         dialer.DialContext,
@@ -183,7 +184,7 @@ func (g *Gateway) Close() error {
 	g.cancel()
 	g.wg.Wait()
 	if g.h1 != nil {
-		g.h1.close()
+		g.h1.Close()
 	}
 	return nil
 }
@@ -264,7 +265,7 @@ func (g *Gateway) apply(c *Config) error {
 		st.sched = old.sched
 		st.sched.SetBackends(sbs)
 	} else {
-		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore, PanicThreshold: c.PanicThreshold}, sbs)
+		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore, PanicThreshold: c.PanicThreshold, PluginLatency: g.m.pluginLatency}, sbs)
 		if err != nil {
 			return err
 		}
@@ -289,16 +290,18 @@ func normSpec(s sched.BackendSpec) sched.BackendSpec {
 // ServeHTTP routes the gateway's endpoints.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case "/v1/chat/completions", "/v1/completions":
-		g.inference(w, r, false)
+	case "/v1/chat/completions":
+		g.inference(w, r, wire.OpenAIChat)
+	case "/v1/completions":
+		g.inference(w, r, wire.OpenAICompletions)
 	case "/v1/messages":
-		g.inference(w, r, true)
+		g.inference(w, r, wire.Anthropic)
 	case "/v1/models":
 		g.listModels(w, r)
 	case "/metrics":
 		if st := g.st.Load(); st.cfg.MetricsRequireKey {
 			if _, status, msg := g.authenticate(st, r); status != 0 {
-				writeError(w, false, status, "authentication_error", msg)
+				writeError(w, wire.OpenAIChat, status, "authentication_error", msg)
 				return
 			}
 		}
@@ -307,14 +310,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
 	default:
-		writeError(w, false, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+		writeError(w, wire.OpenAIChat, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
 	}
 }
 
 func (g *Gateway) listModels(w http.ResponseWriter, r *http.Request) {
 	st := g.st.Load()
 	if _, status, msg := g.authenticate(st, r); status != 0 {
-		writeError(w, false, status, "authentication_error", msg)
+		writeError(w, wire.OpenAIChat, status, "authentication_error", msg)
 		return
 	}
 	type model struct {
@@ -367,42 +370,22 @@ func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
 	return g.Serve(ctx, ln)
 }
 
-// Serve is ListenAndServe on an existing listener.
+// Serve is ListenAndServe on an existing listener: the gateway's own
+// HTTP/1.1 server (httpx.Server) or, with Options.HTTPServer "net/http",
+// Go's (httpx.ServeStd), with limits.header_timeout and (for writes to
+// clients) limits.idle_stream_timeout as they are when it starts.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	lim := g.st.Load().cfg.Limits
+	o := httpx.ServerOptions{
+		HeaderTimeout:  lim.HeaderTimeout.Std(),
+		WriteTimeout:   lim.IdleStreamTimeout.Std(),
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ShutdownGrace:  30 * time.Second,
+		Logger:         g.log,
+	}
 	if g.opts.HTTPServer != "net/http" {
-		s := newH1Server(g, lim, g.log, context.WithoutCancel(ctx))
-		return s.serve(ctx, ln, 30*time.Second)
+		return httpx.NewServer(g, o).Serve(ctx, ln)
 	}
-	srv := &http.Server{
-		// Requests net/http frames more leniently than h1server are
-		// refused here (nethttp.go).
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !refuseAmbiguous(w, r) {
-				g.ServeHTTP(w, r)
-			}
-		}),
-		ReadHeaderTimeout: lim.HeaderTimeout.Std(),
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext:       framingContext,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(framingListener{ln}) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpx.ServeStd(ctx, ln, g, o)
 }

@@ -14,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // healthLoop runs active health checks (and vLLM metric scrapes) for every
@@ -103,7 +105,7 @@ func (g *Gateway) dropIdle(u *upstream) {
 		return
 	}
 	if pu, err := url.Parse(u.cfg.URL); err == nil && pu.Scheme == "http" {
-		g.h1.dropIdle(hostPort(pu.Host))
+		g.h1.DropIdle(pu.Host)
 	}
 }
 
@@ -117,8 +119,8 @@ func (g *Gateway) probe(ctx context.Context, u *upstream, path string) ([]byte, 
 		return nil, err
 	}
 	g.setBackendAuth(req.Header, u)
-	if u.cfg.API == apiAnthropic && path == modelsPath {
-		req.Header.Set("Anthropic-Version", anthropicVersion)
+	if u.cfg.API == wire.Anthropic.Provider() && path == modelsPath {
+		req.Header.Set("Anthropic-Version", wire.AnthropicVersion)
 	}
 	resp, err := g.client.Do(req)
 	if err != nil {

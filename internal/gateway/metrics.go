@@ -24,8 +24,11 @@ type metrics struct {
 	streamErr *prometheus.CounterVec
 	predAPE   *prometheus.HistogramVec
 	schedTime prometheus.Histogram
-	tokens    *prometheus.CounterVec
-	cost      *prometheus.CounterVec
+	// pluginTime is each scheduler plugin's share of a decision (sampled:
+	// sched.Options.PluginLatencyEvery).
+	pluginTime *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	cost       *prometheus.CounterVec
 }
 
 // ttftBuckets cover 5 ms to 30 s; SLO targets (120/320/650 ms) fall on or
@@ -90,13 +93,23 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Name: "ttft_gateway_scheduling_seconds", Help: "Time to take one scheduling decision.",
 			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3},
 		}),
+		pluginTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ttft_gateway_scheduler_plugin_duration_seconds", Help: "Time each scheduler plugin (filter, scorer, picker) takes in a decision; a random sample of the decisions.",
+			Buckets: []float64{1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 1e-3},
+		}, []string{"plugin", "kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, m.tokens, m.cost, &stateCollector{g: g}} {
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, m.pluginTime, m.tokens, m.cost, &stateCollector{g: g}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// pluginLatency gives the scheduler each plugin's duration histogram
+// (sched.Options.PluginLatency).
+func (m *metrics) pluginLatency(kind, plugin string) sched.Observer {
+	return m.pluginTime.WithLabelValues(plugin, kind)
 }
 
 // stateCollector exports scheduler state at scrape time.

@@ -208,14 +208,14 @@ func TestRestartedBackendServesFirstRequest(t *testing.T) {
 			cfg.Health.Disabled = !health
 			g, url := startGateway(t, cfg, Options{})
 			burst(t, url, 8)
-			if n := g.h1.idleCount(tb.addr); n < 2 {
+			if n := g.h1.IdleCount(tb.addr); n < 2 {
 				t.Fatalf("%d pooled connections after a burst; the test needs several", n)
 			}
 			tb.stop()
 			if health {
 				// Down, then up: each transition empties the pool.
 				waitHealthy(t, g, false)
-				if n := g.h1.idleCount(tb.addr); n != 0 {
+				if n := g.h1.IdleCount(tb.addr); n != 0 {
 					t.Fatalf("backend marked down with %d connections to the dead process still pooled", n)
 				}
 				tb.start(t)
@@ -255,7 +255,7 @@ func TestIdleClosingBackendCostsNothing(t *testing.T) {
 	g, url := startGateway(t, cfg, Options{})
 	for round := range 2 {
 		burst(t, url, 6)
-		if n := g.h1.idleCount(tb.addr); n < 2 {
+		if n := g.h1.IdleCount(tb.addr); n < 2 {
 			t.Fatalf("%d pooled connections after a burst; the test needs several", n)
 		}
 		time.Sleep(500 * time.Millisecond) // the backend closes them all

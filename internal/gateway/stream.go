@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"bytes"
+
+	"github.com/ttft-dev/ttft/internal/jsonscan"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // splitEvents finds the complete server-sent events at the start of b and
@@ -185,28 +188,15 @@ func intAfter(b, key []byte) int {
 // errorEvent is the event that ends a stream the gateway could not finish:
 // OpenAI clients see an error object in a data line, Anthropic clients an
 // "error" event, as each API documents for mid-stream failures.
-func errorEvent(anthropic bool, msg string) []byte {
-	m := jsonString(msg)
-	if anthropic {
-		return []byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":" + m + "}}\n\n")
+func errorEvent(api wire.API, msg string) []byte {
+	if api == wire.Anthropic {
+		b := make([]byte, 0, len(msg)+96)
+		b = append(b, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"...)
+		b = jsonscan.AppendString(b, msg)
+		return append(b, "}}\n\n"...)
 	}
-	return []byte("data: {\"error\":{\"message\":" + m + ",\"type\":\"upstream_error\",\"code\":\"backend_stream_interrupted\"}}\n\n")
-}
-
-func jsonString(s string) string {
-	var b bytes.Buffer
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20:
-			b.WriteString(" ")
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
+	b := make([]byte, 0, len(msg)+112)
+	b = append(b, "data: {\"error\":{\"message\":"...)
+	b = jsonscan.AppendString(b, msg)
+	return append(b, ",\"type\":\"upstream_error\",\"code\":\"backend_stream_interrupted\"}}\n\n"...)
 }

@@ -3,11 +3,15 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/jsonscan"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 func TestSplitEvents(t *testing.T) {
@@ -110,7 +114,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestErrorEventIsValidJSON(t *testing.T) {
-	for _, a := range []bool{false, true} {
+	for _, a := range []wire.API{wire.OpenAIChat, wire.Anthropic} {
 		ev := errorEvent(a, "backend \"x\"\nfailed")
 		var n int
 		splitEvents(ev, func([]byte) { n++ })
@@ -124,13 +128,40 @@ func TestErrorEventIsValidJSON(t *testing.T) {
 	}
 }
 
+// Error messages reach the client as they were: line breaks, tabs and
+// other control characters escaped, not replaced by spaces (the gateway's
+// old encoder for them did), in stream error events and in error answers
+// of both APIs.
+func TestErrorMessagesKeepControlCharacters(t *testing.T) {
+	msg := "backend \"x\" failed:\n\tline two\r\x01 \u2028 é \xff"
+	want, _ := json.Marshal(msg) // what the client decodes, invalid UTF-8 replaced
+	var wantMsg string
+	json.Unmarshal(want, &wantMsg)
+	for _, api := range []wire.API{wire.OpenAIChat, wire.OpenAICompletions, wire.Anthropic} {
+		ev := errorEvent(api, msg)
+		data := ev[bytes.Index(ev, []byte("data: "))+6 : len(ev)-2]
+		rec := httptest.NewRecorder()
+		writeError(rec, api, http.StatusBadGateway, "api_error", msg)
+		for what, b := range map[string][]byte{"error event": data, "error answer": rec.Body.Bytes()} {
+			var v struct {
+				Error struct {
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(b, &v); err != nil || v.Error.Message != wantMsg {
+				t.Errorf("%s %s: message %q (%v), want %q\n%s", api, what, v.Error.Message, err, wantMsg, b)
+			}
+		}
+	}
+}
+
 // TestCanonicalHashAcrossAPIs: the same conversation as an OpenAI request
 // (system message, string content) and an Anthropic one ("system" field,
 // content parts) hashes to the same blocks.
 func TestCanonicalHashAcrossAPIs(t *testing.T) {
 	long := string(bytes.Repeat([]byte("policy text "), 100))
-	openai := `{"model":"m","messages":[{"role":"system","content":` + jsonString(long) + `},{"role":"user","content":"What is the refund window?"}]}`
-	anth := `{"model":"m","system":[{"type":"text","text":` + jsonString(long) + `}],"messages":[{"role":"user","content":[{"type":"text","text":"What is the refund window?"}]}]}`
+	openai := `{"model":"m","messages":[{"role":"system","content":` + string(jsonscan.AppendString(nil, long)) + `},{"role":"user","content":"What is the refund window?"}]}`
+	anth := `{"model":"m","system":[{"type":"text","text":` + string(jsonscan.AppendString(nil, long)) + `}],"messages":[{"role":"user","content":[{"type":"text","text":"What is the refund window?"}]}]}`
 	hash := func(body string) []uint64 {
 		rb, err := parseRequest([]byte(body))
 		if err != nil {
@@ -159,5 +190,23 @@ vllm:gpu_cache_usage_perc{model_name="a"} 0.5
 	}
 	if _, _, err := parseEngineMetrics(strings.NewReader("vllm:x{ 1\n")); err == nil {
 		t.Fatal("malformed metrics accepted")
+	}
+}
+
+// BenchmarkSplitClassify is what an untranslated event costs the proxy
+// (compare with BenchmarkTranslateStream in internal/wire/translate).
+func BenchmarkSplitClassify(b *testing.B) {
+	ev := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" token\"},\"finish_reason\":null}]}\n\n")
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		splitEvents(ev, func(e []byte) {
+			if classify(e, false).token {
+				n++
+			}
+		})
+	}
+	if n == 0 {
+		b.Fatal("no token")
 	}
 }

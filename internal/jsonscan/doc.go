@@ -13,4 +13,8 @@
 //
 // Only the returned strings allocate; keys come back as slices of the
 // input.
+//
+// AppendString goes the other way: the one JSON string encoder the hot
+// paths share (the gateway's access log, error answers and events, the
+// OpenAI ⇄ Anthropic translator's fast paths).
 package jsonscan

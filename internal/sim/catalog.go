@@ -336,6 +336,12 @@ func normName(s string) string {
 	return s
 }
 
+// SameModelName reports whether two model names are the same once
+// organisation prefixes, case and instruction-tuning suffixes are set aside
+// ("meta-llama/Meta-Llama-3-70B-Instruct" and "llama-3-70b" are). Aliases
+// are not consulted: that is Catalog.Model's job.
+func SameModelName(a, b string) bool { return normName(a) == normName(b) }
+
 // Model finds a model by name, alias or HuggingFace id.
 func (c *Catalog) Model(name string) (*Model, error) {
 	want := normName(name)

@@ -101,31 +101,6 @@ func TestCatalogUserFiles(t *testing.T) {
 	}
 }
 
-func TestParseFleet(t *testing.T) {
-	cfgs, err := ParseFleet([]byte("replicas:\n  - {model: llama-3.1-8b, gpu: h100-sxm, count: 2}\n  - {model: llama-3-70b, gpu: a100-80gb, tensor_parallel_size: 4, kv_cache_dtype: fp8, faults: {error_rate: 0.5, error_status: 503}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cfgs) != 3 || cfgs[2].TensorParallelSize != 4 || cfgs[2].Faults.ErrorStatus != 503 || cfgs[1].Model != "llama-3.1-8b" {
-		t.Fatalf("parsed %+v", cfgs)
-	}
-	for _, bad := range []string{"replicas: []", "replicas:\n  - {gpu: h100}", "replicas:\n  - {model: x, gpu: y, tp: 2}"} {
-		if _, err := ParseFleet([]byte(bad)); err == nil {
-			t.Errorf("ParseFleet(%q) accepted", bad)
-		}
-	}
-	servers, err := StartFleet(t.Context(), cfgs[:2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range servers {
-		defer s.Close()
-	}
-	if len(servers) != 2 || servers[0].URL() == servers[1].URL() {
-		t.Fatalf("fleet URLs %v", servers)
-	}
-}
-
 func TestWeightOnlyQuantization(t *testing.T) {
 	// Llama-3-70B does not fit on one A100-80GB in 16-bit, does in AWQ.
 	if _, err := Resolve(nil, Config{Model: "llama-3-70b", GPU: "a100-80gb"}); err == nil {

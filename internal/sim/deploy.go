@@ -145,7 +145,39 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if cat == nil {
 		cat = DefaultCatalog()
 	}
-	cfg = cfg.withDefaults()
+	d, err := lookUp(cat, cfg.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	wf, kvBytes, err := d.resolvePrecision()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.resolveMaxModelLen(); err != nil {
+		return nil, err
+	}
+	d.resolveShapes(wf, kvBytes)
+	if err := d.resolveRetention(); err != nil {
+		return nil, err
+	}
+	if err := d.resolveDraft(cat, kvBytes); err != nil {
+		return nil, err
+	}
+	if err := d.sizeKVCache(); err != nil {
+		return nil, err
+	}
+	if err := d.resolveBatching(); err != nil {
+		return nil, err
+	}
+	if j := d.Config.Jitter; j < 0 || j > 1 {
+		return nil, fmt.Errorf("jitter %g must be in [0, 1]", j)
+	}
+	return d, nil
+}
+
+// lookUp finds the model, the GPU and the engine profile of cfg (with its
+// defaults) and checks that the tensor-parallel size splits the model.
+func lookUp(cat *Catalog, cfg Config) (*Deployment, error) {
 	m, err := cat.Model(cfg.Model)
 	if err != nil {
 		return nil, err
@@ -166,19 +198,27 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if m.KVHeads%tp != 0 && tp%m.KVHeads != 0 {
 		return nil, fmt.Errorf("tensor parallel size %d and %s's %d KV heads: one must divide the other", tp, m.Name, m.KVHeads)
 	}
-	wf, err := parseWeightFormat(cfg.Quantization, cfg.QuantGroupSize)
+	return d, nil
+}
+
+// resolvePrecision sets the weight format and the compute dtype with its
+// peak FLOPS, and returns the weight format and the KV cache's bytes per
+// element.
+func (d *Deployment) resolvePrecision() (wf weightFormat, kvBytes float64, err error) {
+	cfg, g := &d.Config, &d.GPU
+	wf, err = parseWeightFormat(cfg.Quantization, cfg.QuantGroupSize)
 	if err != nil {
-		return nil, err
+		return wf, 0, err
 	}
 	d.BytesPerW = wf.bytesPerW
 	d.WeightOnly = wf.weightOnly
-	kvBytes := 2.0
+	kvBytes = 2.0
 	switch strings.ToLower(cfg.KVCacheDtype) {
 	case "auto", "bf16", "fp16":
 	case "fp8", "fp8_e4m3", "fp8_e5m2":
 		kvBytes = 1
 	default:
-		return nil, fmt.Errorf("unknown kv-cache-dtype %q (known: auto, fp8)", cfg.KVCacheDtype)
+		return wf, 0, fmt.Errorf("unknown kv-cache-dtype %q (known: auto, fp8)", cfg.KVCacheDtype)
 	}
 	// Compute dtype: W8A8 FP8 where the GPU has FP8 tensor cores; otherwise
 	// FP8 is weight-only (vLLM's Marlin path) and the math stays 16-bit.
@@ -189,7 +229,7 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if strings.EqualFold(cfg.Quantization, "fp8") && g.TFLOPS["fp8"] > 0 {
 		d.ComputeDtype = "fp8"
 	}
-	if prof.Int8Activations && (wf.name == "int4" || wf.name == "int8") && g.TFLOPS["int8"] > 0 {
+	if d.Profile.Int8Activations && (wf.name == "int4" || wf.name == "int8") && g.TFLOPS["int8"] > 0 {
 		d.ComputeDtype = "int8"
 	}
 	d.peakFLOPS = g.TFLOPS[d.ComputeDtype] * 1e12
@@ -197,15 +237,28 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 	if d.peak16 <= 0 {
 		d.peak16 = g.TFLOPS["fp16"] * 1e12
 	}
+	return wf, kvBytes, nil
+}
 
-	if cfg.MaxModelLen <= 0 {
+// resolveMaxModelLen is the model's own limit unless the config sets one,
+// which may exceed it only when allowed.
+func (d *Deployment) resolveMaxModelLen() error {
+	cfg, m := &d.Config, &d.Model
+	switch {
+	case cfg.MaxModelLen <= 0:
 		d.MaxModelLen = m.MaxModelLen
-	} else if m.MaxModelLen > 0 && cfg.MaxModelLen > m.MaxModelLen && !cfg.AllowLongMaxModelLen {
-		return nil, fmt.Errorf("max model length %d exceeds %s's maximum of %d", cfg.MaxModelLen, m.Name, m.MaxModelLen)
-	} else {
+	case m.MaxModelLen > 0 && cfg.MaxModelLen > m.MaxModelLen && !cfg.AllowLongMaxModelLen:
+		return fmt.Errorf("max model length %d exceeds %s's maximum of %d", cfg.MaxModelLen, m.Name, m.MaxModelLen)
+	default:
 		d.MaxModelLen = cfg.MaxModelLen
 	}
+	return nil
+}
 
+// resolveShapes sets the weights' bytes, the FLOPs per token and per
+// sequence, and the KV bytes per token per GPU.
+func (d *Deployment) resolveShapes(wf weightFormat, kvBytes float64) {
+	m := &d.Model
 	params := m.ParamsB * 1e9
 	active := params
 	if m.ActiveParamsB > 0 {
@@ -227,87 +280,108 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 		d.expertBytes = perExpert * d.BytesPerW
 		d.denseBytes = d.WeightBytes - float64(m.Experts)*d.expertBytes
 	}
-	kvHeadsGPU := math.Max(1, float64(m.KVHeads)/float64(tp))
+	kvHeadsGPU := math.Max(1, float64(m.KVHeads)/float64(d.TP))
 	d.KVBytesTok = 2 * float64(m.Layers) * kvHeadsGPU * float64(m.HeadDim) * kvBytes
-	if cfg.KVRetention != "" {
-		r, err := ParseRetention(cfg.KVRetention)
-		if err != nil {
-			return nil, err
-		}
-		switch r.Kind {
-		case "full":
-		case "sliding":
-			d.Window = r.Window
-		case "compress":
-			d.KVBytesTok /= r.Ratio
-		case "evict":
-			// The kept history lives in the prefix cache (as with full):
-			// without it there is nothing to evict from.
-			if !cfg.EnablePrefixCaching {
-				return nil, fmt.Errorf("kv retention %q evicts from the prefix cache, where a conversation's history is kept between turns; enable prefix caching (--enable-prefix-caching)", cfg.KVRetention)
-			}
-			d.Evict = r.Evict
-		default:
-			return nil, fmt.Errorf("kv retention %q is modelled per session only (sim.SimulateSession); the engine takes full, sliding:W, compress:R or evict:F", cfg.KVRetention)
-		}
-	}
+}
 
+// resolveRetention applies the engine's KV retention policy.
+func (d *Deployment) resolveRetention() error {
+	cfg := &d.Config
+	if cfg.KVRetention == "" {
+		return nil
+	}
+	r, err := ParseRetention(cfg.KVRetention)
+	if err != nil {
+		return err
+	}
+	switch r.Kind {
+	case "full":
+	case "sliding":
+		d.Window = r.Window
+	case "compress":
+		d.KVBytesTok /= r.Ratio
+	case "evict":
+		// The kept history lives in the prefix cache (as with full):
+		// without it there is nothing to evict from.
+		if !cfg.EnablePrefixCaching {
+			return fmt.Errorf("kv retention %q evicts from the prefix cache, where a conversation's history is kept between turns; enable prefix caching (--enable-prefix-caching)", cfg.KVRetention)
+		}
+		d.Evict = r.Evict
+	default:
+		return fmt.Errorf("kv retention %q is modelled per session only (sim.SimulateSession); the engine takes full, sliding:W, compress:R or evict:F", cfg.KVRetention)
+	}
+	return nil
+}
+
+// resolveDraft checks speculative decoding and sizes its draft model.
+func (d *Deployment) resolveDraft(cat *Catalog, kvBytes float64) error {
+	cfg := &d.Config
 	sp := cfg.Speculative
 	if sp.NumSpeculativeTokens < 0 || sp.Acceptance < 0 || sp.Acceptance >= 1 && sp.NumSpeculativeTokens > 0 {
-		return nil, fmt.Errorf("speculative decoding needs num_speculative_tokens ≥ 0 and acceptance in [0, 1), got %d and %g", sp.NumSpeculativeTokens, sp.Acceptance)
+		return fmt.Errorf("speculative decoding needs num_speculative_tokens ≥ 0 and acceptance in [0, 1), got %d and %g", sp.NumSpeculativeTokens, sp.Acceptance)
 	}
-	if sp.DraftModel != "" {
-		dm, err := cat.Model(sp.DraftModel)
-		if err != nil {
-			return nil, fmt.Errorf("draft model: %w", err)
-		}
-		cp := *dm
-		d.Draft = &cp
-		dq := sp.DraftQuantization
-		if dq == "" {
-			dq = cfg.Quantization
-		}
-		dwf, err := parseWeightFormat(dq, cfg.QuantGroupSize)
-		if err != nil {
-			return nil, fmt.Errorf("draft model: %w", err)
-		}
-		d.draftFmt = dwf
-		// The draft runs unsharded on every GPU of the group (vLLM's
-		// draft_tensor_parallel_size=1), with its own KV cache in the same
-		// blocks as the target's, so it shrinks the target's KV cache.
-		d.DraftWeightBytes = dwf.modelBytes(&cp)
-		d.DraftKVBytesTok = 2 * float64(cp.Layers) * float64(cp.KVHeads) * float64(cp.HeadDim) * kvBytes
+	if sp.DraftModel == "" {
+		return nil
 	}
+	dm, err := cat.Model(sp.DraftModel)
+	if err != nil {
+		return fmt.Errorf("draft model: %w", err)
+	}
+	cp := *dm
+	d.Draft = &cp
+	dq := sp.DraftQuantization
+	if dq == "" {
+		dq = cfg.Quantization
+	}
+	dwf, err := parseWeightFormat(dq, cfg.QuantGroupSize)
+	if err != nil {
+		return fmt.Errorf("draft model: %w", err)
+	}
+	d.draftFmt = dwf
+	// The draft runs unsharded on every GPU of the group (vLLM's
+	// draft_tensor_parallel_size=1), with its own KV cache in the same
+	// blocks as the target's, so it shrinks the target's KV cache.
+	d.DraftWeightBytes = dwf.modelBytes(&cp)
+	d.DraftKVBytesTok = 2 * float64(cp.Layers) * float64(cp.KVHeads) * float64(cp.HeadDim) * kvBytes
+	return nil
+}
 
-	// Memory per GPU: vLLM gives the KV cache what is left of
-	// memory × utilisation after the weights and the profiled activations.
+// sizeKVCache gives the KV cache what vLLM does: memory × utilisation per
+// GPU after the weights and the profiled activations.
+func (d *Deployment) sizeKVCache() error {
+	cfg, g, prof, tp := &d.Config, &d.GPU, &d.Profile, d.TP
 	budget := g.MemoryGB * cfg.GPUMemoryUtilization
 	d.WeightGBGPU = (d.WeightBytes/float64(tp) + d.DraftWeightBytes) / 1e9
 	d.KVGBPerGPU = budget - d.WeightGBGPU - prof.ReserveGB
 	if d.KVGBPerGPU <= 0 {
-		return nil, fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
-			m.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, g.MemoryGB, cfg.GPUMemoryUtilization, prof.ReserveGB)
+		return fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
+			d.Model.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, g.MemoryGB, cfg.GPUMemoryUtilization, prof.ReserveGB)
 	}
 	d.NumBlocks = int(d.KVGBPerGPU * 1e9 / ((d.KVBytesTok + d.DraftKVBytesTok) * float64(d.BlockSize)))
 	if d.NumBlocks*d.BlockSize < d.MaxModelLen {
-		return nil, fmt.Errorf("max model length %d is larger than the %d tokens the KV cache can hold on %d× %s (%.1f GB per GPU); lower --max-model-len or raise --gpu-memory-utilization",
+		return fmt.Errorf("max model length %d is larger than the %d tokens the KV cache can hold on %d× %s (%.1f GB per GPU); lower --max-model-len or raise --gpu-memory-utilization",
 			d.MaxModelLen, d.NumBlocks*d.BlockSize, tp, g.Name, d.KVGBPerGPU)
 	}
+	return nil
+}
 
+// resolveBatching sets the scheduler and the per-step token budget.
+func (d *Deployment) resolveBatching() error {
+	cfg := &d.Config
 	switch cfg.Scheduler {
 	case "", "v1":
 	case "v0":
-		d.Config.DisableChunkedPrefill = true
+		cfg.DisableChunkedPrefill = true
 	default:
-		return nil, fmt.Errorf("unknown scheduler %q (known: v1, v0)", cfg.Scheduler)
+		return fmt.Errorf("unknown scheduler %q (known: v1, v0)", cfg.Scheduler)
 	}
-	noChunk := d.Config.DisableChunkedPrefill
+	noChunk := cfg.DisableChunkedPrefill
 	d.MaxNumBatchedTokens = cfg.MaxNumBatchedTokens
 	if d.MaxNumBatchedTokens <= 0 {
 		// vLLM's API-server default: 8192 on GPUs with ≥ 70 GiB, else 2048;
 		// without chunked prefill, at least one whole maximum-length prompt.
 		d.MaxNumBatchedTokens = 2048
-		if g.MemoryGB*1e9 >= 70*(1<<30) {
+		if d.GPU.MemoryGB*1e9 >= 70*(1<<30) {
 			d.MaxNumBatchedTokens = 8192
 		}
 		if noChunk && d.MaxModelLen > d.MaxNumBatchedTokens {
@@ -315,15 +389,12 @@ func Resolve(cat *Catalog, cfg Config) (*Deployment, error) {
 		}
 	}
 	if noChunk && d.MaxNumBatchedTokens < d.MaxModelLen {
-		return nil, fmt.Errorf("max-num-batched-tokens %d is smaller than max-model-len %d with chunked prefill disabled", d.MaxNumBatchedTokens, d.MaxModelLen)
+		return fmt.Errorf("max-num-batched-tokens %d is smaller than max-model-len %d with chunked prefill disabled", d.MaxNumBatchedTokens, d.MaxModelLen)
 	}
 	if d.MaxNumBatchedTokens < d.MaxNumSeqs {
-		return nil, fmt.Errorf("max-num-batched-tokens %d must be at least max-num-seqs %d", d.MaxNumBatchedTokens, d.MaxNumSeqs)
+		return fmt.Errorf("max-num-batched-tokens %d must be at least max-num-seqs %d", d.MaxNumBatchedTokens, d.MaxNumSeqs)
 	}
-	if cfg.Jitter < 0 || cfg.Jitter > 1 {
-		return nil, fmt.Errorf("jitter %g must be in [0, 1]", cfg.Jitter)
-	}
-	return d, nil
+	return nil
 }
 
 func divisors(n int) []int {

@@ -105,7 +105,7 @@ type Engine struct {
 	evictBuf []evictCand
 	// words tokenises replies for the output blocks' hashes (nil: the
 	// default tokenizer's).
-	words *wordTokens
+	words *OutputTokens
 	// noOutputCache caches prompt blocks only (the simulator before output
 	// caching), for tests that compare the two.
 	noOutputCache bool
@@ -178,7 +178,7 @@ func (e *Engine) NewSeq(promptLen, maxTokens int, tokens []int) (*Seq, error) {
 func (e *Engine) SetOutputTokenizer(tok workload.Tokenizer) {
 	e.words = nil
 	if tok != nil {
-		e.words = newWordTokens(tok)
+		e.words = newOutputTokens(tok)
 	}
 }
 
@@ -189,12 +189,13 @@ func (e *Engine) SetOutputTokenizer(tok workload.Tokenizer) {
 // (as vLLM does), hashed as the prompt followed by the reply re-tokenised
 // by the default tokenizer: what a next turn re-sending this conversation
 // as token IDs carries (workload.Sessions). A driver whose next turn forms
-// its prompt otherwise resets the chain (Server does).
+// its prompt otherwise re-bases the chain with Seq.ChainOutput (the live
+// server does, for chat prompts).
 func NewSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int) (*Seq, error) {
 	return newSeq(d, id, promptLen, maxTokens, tokens, nil, true)
 }
 
-func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, words *wordTokens, cacheOutput bool) (*Seq, error) {
+func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, words *OutputTokens, cacheOutput bool) (*Seq, error) {
 	if promptLen <= 0 {
 		return nil, fmt.Errorf("prompt must have at least one token")
 	}
@@ -213,7 +214,7 @@ func newSeq(d *Deployment, id uint64, promptLen, maxTokens int, tokens []int, wo
 			s.hashes = blockHashes(tokens[:promptLen], d.BlockSize)
 			s.promptBlocks = len(s.hashes)
 			if words == nil {
-				words = defaultWordTokens()
+				words = defaultOutputTokens()
 			}
 			if cacheOutput {
 				s.setChain(tokens[:promptLen], s.hashes, words, d.BlockSize)
@@ -319,117 +320,165 @@ func (e *Engine) preempt(s *Seq) {
 // Emits then and must not call Step again before End.
 func (e *Engine) Step(now time.Duration) StepResult {
 	e.dropAborted()
-	d := e.d
-	budget := d.MaxNumBatchedTokens
 	e.batch = e.batch[:0]
 	e.emits = e.emits[:0]
-	preempted := 0
-	k := d.Config.Speculative.NumSpeculativeTokens
+	preempted := e.schedule(now)
+	l := e.batchLoad()
+	bd, dur := e.stepDuration(l)
+	end := now + dur
+	e.apply(end)
+	e.stats.Steps++
+	e.stats.BusyTime += dur
+	e.stats.PrefixQueries, e.stats.PrefixHits = e.kv.queries, e.kv.hits
+	return StepResult{Start: now, End: end, Breakdown: bd, Tokens: l.tokens, Seqs: l.seqs, Preempted: preempted, Emits: e.emits}
+}
 
-	// Running sequences, in order; preempt from the back when the KV
-	// cache is full.
-	schedRunning := func() {
-		for i := 0; i < len(e.running) && budget > 0; i++ {
-			s := e.running[i]
-			n := s.numTokens() - s.numComputed
-			if k > 0 && n == 1 {
-				n = 1 + k
-				if rem := s.MaxTokens - s.Output; n > rem+1 {
-					n = rem + 1
-				}
-			}
-			if n > budget {
-				n = budget
-			}
-			ok := true
-			for !e.kv.allocate(s, s.numComputed+n) {
-				victim := e.running[len(e.running)-1]
-				e.running = e.running[:len(e.running)-1]
-				e.preempt(victim)
-				preempted++
-				if victim == s {
-					ok = false
-					break
-				}
-			}
-			if !ok {
-				break
-			}
-			e.batch = append(e.batch, sched{s, n})
-			budget -= n
-		}
-	}
-	// Waiting sequences FCFS while sequences and budget allow.
-	schedWaiting := func(chunk bool) {
-		for e.NumWaiting() > 0 && len(e.running) < d.MaxNumSeqs && budget > 0 {
-			s := e.waiting[e.wHead]
-			// covered: leading prompt blocks needing no compute, of which
-			// hit are cached and covered−hit were evicted (evict:F).
-			hit, covered := 0, 0
-			// Only prompt blocks are looked up: a sequence preempted and
-			// recomputed does not take back its own output blocks (vLLM
-			// does; left out so that single-turn runs time as before).
-			if ph := s.hashes[:s.promptBlocks]; s.numComputed == 0 && len(ph) > 0 {
-				if e.evicted != nil {
-					covered, hit = e.kv.cover(ph, s.numTokens(), e.evicted)
-				} else {
-					hit = e.kv.lookup(ph, s.numTokens())
-					covered = hit
-				}
-			}
-			n := s.numTokens() - covered*d.BlockSize
-			if n > budget {
-				if !chunk {
-					break
-				}
-				n = budget
-			}
-			// Check room before touching refcounts: hit blocks sitting in
-			// the free queue stop being free once taken. Evicted slots
-			// take no block.
-			need := (covered*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - covered
-			if need+e.freeAmongHits(s.hashes[:covered]) > e.kv.numFree {
-				break
-			}
-			e.popWaiting()
-			if !s.Started {
-				if d.Config.EnablePrefixCaching {
-					e.kv.queries += int64(s.PromptLen)
-					e.kv.hits += int64(hit * d.BlockSize)
-				}
-				s.CachedTokens = hit * d.BlockSize
-				s.SkippedTokens = (covered - hit) * d.BlockSize
-				e.stats.PromptTokens += int64(s.PromptLen)
-				s.Started = true
-				s.FirstScheduled = now
-			}
-			e.kv.acquireCached(s, covered)
-			s.numComputed = covered * d.BlockSize
-			s.skipped = (covered - hit) * d.BlockSize
-			if !e.kv.allocate(s, s.numComputed+n) {
-				panic("sim: KV allocation failed after room check") // invariant
-			}
-			e.running = append(e.running, s)
-			e.batch = append(e.batch, sched{s, n})
-			budget -= n
-		}
-	}
+// schedule fills e.batch for a step starting at now, within the token
+// budget, by the deployment's scheduler, and returns how many running
+// sequences it preempted.
+func (e *Engine) schedule(now time.Duration) (preempted int) {
+	d := e.d
+	budget := d.MaxNumBatchedTokens
 	if d.Config.Scheduler == "v0" {
 		// vLLM ≤ 0.6 default: a step prefills whole waiting prompts if any
 		// fit, and only otherwise decodes the running ones.
-		schedWaiting(false)
+		budget = e.schedWaiting(now, budget, false)
 		if len(e.batch) == 0 {
-			schedRunning()
+			_, preempted = e.schedRunning(budget)
 		}
-	} else {
-		// vLLM v1: running first, then waiting, unless this step preempted.
-		schedRunning()
-		if preempted == 0 {
-			schedWaiting(!d.Config.DisableChunkedPrefill)
+		return preempted
+	}
+	// vLLM v1: running first, then waiting, unless this step preempted.
+	budget, preempted = e.schedRunning(budget)
+	if preempted == 0 {
+		e.schedWaiting(now, budget, !d.Config.DisableChunkedPrefill)
+	}
+	return preempted
+}
+
+// schedRunning batches the running sequences, in order, while the budget
+// lasts, preempting from the back when the KV cache is full. It returns
+// the budget left and the preemptions.
+func (e *Engine) schedRunning(budget int) (left, preempted int) {
+	k := e.d.Config.Speculative.NumSpeculativeTokens
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := s.numTokens() - s.numComputed
+		if k > 0 && n == 1 {
+			// Speculative decoding: verify k draft tokens, no more than
+			// the output still to come.
+			n = 1 + k
+			if rem := s.MaxTokens - s.Output; n > rem+1 {
+				n = rem + 1
+			}
+		}
+		if n > budget {
+			n = budget
+		}
+		ok, p := e.makeRoom(s, s.numComputed+n)
+		preempted += p
+		if !ok {
+			break
+		}
+		e.batch = append(e.batch, sched{s, n})
+		budget -= n
+	}
+	return budget, preempted
+}
+
+// makeRoom allocates s's blocks for total tokens, preempting running
+// sequences from the back (the most recently admitted first) until they
+// fit. ok is false when s itself had to go.
+func (e *Engine) makeRoom(s *Seq, total int) (ok bool, preempted int) {
+	for !e.kv.allocate(s, total) {
+		victim := e.running[len(e.running)-1]
+		e.running = e.running[:len(e.running)-1]
+		e.preempt(victim)
+		preempted++
+		if victim == s {
+			return false, preempted
 		}
 	}
+	return true, preempted
+}
 
-	// 3. Time the batch.
+// schedWaiting admits waiting sequences FCFS into the batch while the
+// sequence limit, the budget and the KV cache allow; without chunk, only
+// prompts that fit the budget whole. It returns the budget left.
+func (e *Engine) schedWaiting(now time.Duration, budget int, chunk bool) int {
+	d := e.d
+	for e.NumWaiting() > 0 && len(e.running) < d.MaxNumSeqs && budget > 0 {
+		s := e.waiting[e.wHead]
+		hit, covered := e.cachedPrefix(s)
+		n := s.numTokens() - covered*d.BlockSize
+		if n > budget {
+			if !chunk {
+				break
+			}
+			n = budget
+		}
+		// Check room before touching refcounts: hit blocks sitting in
+		// the free queue stop being free once taken. Evicted slots
+		// take no block.
+		need := (covered*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - covered
+		if need+e.freeAmongHits(s.hashes[:covered]) > e.kv.numFree() {
+			break
+		}
+		e.popWaiting()
+		e.start(s, now, hit, covered, n)
+		budget -= n
+	}
+	return budget
+}
+
+// cachedPrefix returns covered, the leading prompt blocks of s needing no
+// compute, of which hit are cached and covered−hit were evicted (evict:F).
+// Only prompt blocks are looked up: a sequence preempted and recomputed
+// does not take back its own output blocks (vLLM does; left out so that
+// single-turn runs time as before).
+func (e *Engine) cachedPrefix(s *Seq) (hit, covered int) {
+	ph := s.hashes[:s.promptBlocks]
+	if s.numComputed != 0 || len(ph) == 0 {
+		return 0, 0
+	}
+	if e.evicted != nil {
+		covered, hit = e.kv.cover(ph, s.numTokens(), e.evicted)
+		return hit, covered
+	}
+	hit = e.kv.lookup(ph, s.numTokens())
+	return hit, hit
+}
+
+// start runs s, just taken from the waiting queue, from its covered
+// prefix: it takes the cached blocks, allocates those for n new tokens and
+// batches them. The first time, it counts the prefix-cache query and marks
+// s scheduled at now.
+func (e *Engine) start(s *Seq, now time.Duration, hit, covered, n int) {
+	d := e.d
+	if !s.Started {
+		if d.Config.EnablePrefixCaching {
+			e.kv.queries += int64(s.PromptLen)
+			e.kv.hits += int64(hit * d.BlockSize)
+		}
+		s.CachedTokens = hit * d.BlockSize
+		s.SkippedTokens = (covered - hit) * d.BlockSize
+		e.stats.PromptTokens += int64(s.PromptLen)
+		s.Started = true
+		s.FirstScheduled = now
+	}
+	e.kv.acquireCached(s, covered)
+	s.numComputed = covered * d.BlockSize
+	s.skipped = (covered - hit) * d.BlockSize
+	if !e.kv.allocate(s, s.numComputed+n) {
+		panic("sim: KV allocation failed after room check") // invariant
+	}
+	e.running = append(e.running, s)
+	e.batch = append(e.batch, sched{s, n})
+}
+
+// batchLoad is what the roofline needs to know of the batch.
+func (e *Engine) batchLoad() stepLoad {
+	w := float64(e.d.Window)
 	var l stepLoad
 	for _, b := range e.batch {
 		// Context attended to and read: the computed tokens less those
@@ -438,7 +487,7 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		c := float64(b.s.numComputed - b.s.skipped)
 		n := float64(b.n)
 		l.tokens += b.n
-		if w := float64(d.Window); w > 0 {
+		if w > 0 {
 			// Sliding window: each new token attends to at most W.
 			l.attn += n * math.Min(c+n/2, w)
 			c = math.Min(c, w)
@@ -454,8 +503,14 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		}
 	}
 	l.seqs = len(e.batch)
-	bd := d.stepTime(l)
-	if j := d.Config.Jitter; j > 0 && bd.Total > 0 {
+	return l
+}
+
+// stepDuration times a batch of load l: the roofline, with jitter when
+// configured; a non-empty batch takes at least a nanosecond.
+func (e *Engine) stepDuration(l stepLoad) (StepBreakdown, time.Duration) {
+	bd := e.d.stepTime(l)
+	if j := e.d.Config.Jitter; j > 0 && bd.Total > 0 {
 		f := 1 + j*e.rng.NormFloat64()
 		bd.Total *= math.Max(0.5, math.Min(f, 2))
 	}
@@ -463,59 +518,19 @@ func (e *Engine) Step(now time.Duration) StepResult {
 	if dur <= 0 && len(e.batch) > 0 {
 		dur = 1
 	}
-	end := now + dur
+	return bd, dur
+}
 
-	// 4. Apply: computed tokens, outputs, prefix-cache commits, finishes.
-	finished := 0
+// apply commits the batch at the step's end: computed tokens, outputs,
+// prefix-cache commits and finished sequences.
+func (e *Engine) apply(end time.Duration) {
+	finished := false
 	for _, b := range e.batch {
-		s := b.s
-		decoding := s.numComputed == s.numTokens()-1
-		produced := 0
-		if decoding && k > 0 {
-			e.specAcc(s)
-			produced = int(s.specAcc)
-			s.specAcc -= float64(produced)
-			produced = max(1, min(produced, b.n))
-			if rem := s.MaxTokens - s.Output; produced > rem {
-				produced = rem
-			}
-			s.numComputed += produced
-			s.Output += produced
-		} else {
-			s.numComputed += b.n
-			if s.numComputed >= s.numTokens() {
-				produced = 1
-				s.Output++
-			}
-		}
-		e.stats.ComputedTokens += int64(b.n)
-		if s.chain != nil && produced > 0 {
-			s.extendChain(d.BlockSize)
-		}
-		if len(s.hashes) > 0 {
-			e.kv.commit(s)
-		}
-		if d.Window > 0 {
-			e.kv.slide(s, d.Window)
-		}
-		if produced > 0 {
-			e.stats.GenTokens += int64(produced)
-			first := s.Output == produced && s.FirstTokenAt == 0
-			if first {
-				s.FirstTokenAt = end
-			}
-			em := Emit{Seq: s, Tokens: produced, First: first}
-			if s.Output >= s.MaxTokens || s.numTokens() >= d.MaxModelLen {
-				s.Finished, s.FinishReason = true, "length"
-				em.Finished = true
-				e.retire(s)
-				finished++
-				e.stats.Finished++
-			}
-			e.emits = append(e.emits, em)
+		if e.advance(b.s, b.n, end) {
+			finished = true
 		}
 	}
-	if finished > 0 {
+	if finished {
 		keep := e.running[:0]
 		for _, s := range e.running {
 			if !s.Finished {
@@ -525,10 +540,66 @@ func (e *Engine) Step(now time.Duration) StepResult {
 		clear(e.running[len(keep):])
 		e.running = keep
 	}
-	e.stats.Steps++
-	e.stats.BusyTime += dur
-	e.stats.PrefixQueries, e.stats.PrefixHits = e.kv.queries, e.kv.hits
-	return StepResult{Start: now, End: end, Breakdown: bd, Tokens: l.tokens, Seqs: l.seqs, Preempted: preempted, Emits: e.emits}
+}
+
+// advance applies n computed tokens of s at end and emits what they
+// produced; it reports whether s finished.
+func (e *Engine) advance(s *Seq, n int, end time.Duration) (finished bool) {
+	d := e.d
+	produced := e.compute(s, n)
+	e.stats.ComputedTokens += int64(n)
+	if s.chain != nil && produced > 0 {
+		s.extendChain(d.BlockSize)
+	}
+	if len(s.hashes) > 0 {
+		e.kv.commit(s)
+	}
+	if d.Window > 0 {
+		e.kv.slide(s, d.Window)
+	}
+	if produced == 0 {
+		return false
+	}
+	e.stats.GenTokens += int64(produced)
+	first := s.Output == produced && s.FirstTokenAt == 0
+	if first {
+		s.FirstTokenAt = end
+	}
+	em := Emit{Seq: s, Tokens: produced, First: first}
+	if s.Output >= s.MaxTokens || s.numTokens() >= d.MaxModelLen {
+		s.Finished, s.FinishReason = true, "length"
+		em.Finished = true
+		e.retire(s)
+		finished = true
+		e.stats.Finished++
+	}
+	e.emits = append(e.emits, em)
+	return finished
+}
+
+// compute advances s by n computed tokens and returns the output tokens
+// they produced: a prefill chunk produces one when it completes the
+// prompt, a decode one, a speculative verification those accepted.
+func (e *Engine) compute(s *Seq, n int) (produced int) {
+	decoding := s.numComputed == s.numTokens()-1
+	if decoding && e.d.Config.Speculative.NumSpeculativeTokens > 0 {
+		e.specAcc(s)
+		produced = int(s.specAcc)
+		s.specAcc -= float64(produced)
+		produced = max(1, min(produced, n))
+		if rem := s.MaxTokens - s.Output; produced > rem {
+			produced = rem
+		}
+		s.numComputed += produced
+		s.Output += produced
+		return produced
+	}
+	s.numComputed += n
+	if s.numComputed >= s.numTokens() {
+		produced = 1
+		s.Output++
+	}
+	return produced
 }
 
 func (e *Engine) specAcc(s *Seq) { s.specAcc += e.specE }
@@ -538,7 +609,7 @@ func (e *Engine) specAcc(s *Seq) { s.specAcc += e.specE }
 func (e *Engine) freeAmongHits(hashes []uint64) int {
 	n := 0
 	for _, h := range hashes {
-		if b, ok := e.kv.cache[h]; ok && e.kv.inFree[b] {
+		if b, ok := e.kv.cache[h]; ok && e.kv.inFree(b) {
 			n++
 		}
 	}
@@ -605,9 +676,9 @@ func (e *Engine) retire(s *Seq) {
 	e.evictBuf = cands[:0]
 	k.free(s)
 	for _, b := range dropped {
-		if k.inFree[b] {
-			k.unlink(b)
-			k.pushHead(b)
+		if k.queue.Contains(b) {
+			// At the front of the free queue: the next block reused.
+			k.queue.MoveToFront(b)
 		}
 	}
 }

@@ -71,22 +71,22 @@ func checkBlocks(t *testing.T, k *kvCache, want []int32) {
 		if k.ref[b] != want[b] {
 			t.Fatalf("block %d refcount %d, held by %d sequences", b, k.ref[b], want[b])
 		}
-		if (k.ref[b] == 0) != k.inFree[b] {
-			t.Fatalf("block %d: ref %d but inFree=%v", b, k.ref[b], k.inFree[b])
+		if (k.ref[b] == 0) != k.inFree(int32(b)) {
+			t.Fatalf("block %d: ref %d but inFree=%v", b, k.ref[b], k.inFree(int32(b)))
 		}
-		if k.inFree[b] {
+		if k.inFree(int32(b)) {
 			free++
 		}
 	}
 	n := 0
-	for b := k.head; b >= 0; b = k.next[b] {
+	for b := k.queue.Front(); b >= 0; b = k.queue.Next(b) {
 		n++
 		if n > k.numBlocks() {
 			t.Fatal("free list has a cycle")
 		}
 	}
-	if n != free || k.numFree != free {
-		t.Fatalf("free list length %d, numFree %d, free blocks %d", n, k.numFree, free)
+	if n != free || k.numFree() != free {
+		t.Fatalf("free list length %d, numFree %d, free blocks %d", n, k.numFree(), free)
 	}
 	for h, b := range k.cache {
 		if !k.hashed[b] || k.hash[b] != h {
@@ -179,8 +179,8 @@ func TestEngineProperties(t *testing.T) {
 				t.Fatalf("engine counted %d generated tokens, sequences hold %d", st.GenTokens, gen)
 			}
 			t.Logf("%d requests, %d steps, %d preemptions, prefix hits %d of %d tokens", n, e.Stats().Steps, e.Stats().Preemptions, e.kv.hits, e.kv.queries)
-			if e.kv.numFree != e.kv.numBlocks() {
-				t.Fatalf("%d of %d blocks free after all requests finished", e.kv.numFree, e.kv.numBlocks())
+			if e.kv.numFree() != e.kv.numBlocks() {
+				t.Fatalf("%d of %d blocks free after all requests finished", e.kv.numFree(), e.kv.numBlocks())
 			}
 		})
 	}

@@ -254,8 +254,8 @@ func TestEvictKVInvariants(t *testing.T) {
 					}
 				}
 			}
-			if e.kv.numFree != e.kv.numBlocks() {
-				t.Fatalf("%d of %d blocks free at the end", e.kv.numFree, e.kv.numBlocks())
+			if e.kv.numFree() != e.kv.numBlocks() {
+				t.Fatalf("%d of %d blocks free at the end", e.kv.numFree(), e.kv.numBlocks())
 			}
 			t.Logf("F=%g: %d steps, %d preemptions, %d evicted hashes", d.Evict, e.Stats().Steps, e.Stats().Preemptions, len(e.evicted))
 			preemptions += e.Stats().Preemptions

@@ -2,26 +2,6 @@ package sim
 
 import "testing"
 
-func FuzzParseFleet(f *testing.F) {
-	f.Add("replicas:\n  - {model: llama-3.1-8b, gpu: h100-sxm, count: 2}\n")
-	f.Add("replicas: []")
-	f.Add("replicas:\n  - {model: a, gpu: b, count: -1}")
-	f.Fuzz(func(t *testing.T, s string) {
-		cfgs, err := ParseFleet([]byte(s))
-		if err != nil {
-			return
-		}
-		if len(cfgs) == 0 {
-			t.Fatal("accepted a fleet with no replicas")
-		}
-		for _, c := range cfgs {
-			if c.Model == "" || c.GPU == "" || c.Count != 0 {
-				t.Fatalf("accepted replica %+v", c)
-			}
-		}
-	})
-}
-
 func FuzzModelFromHFConfig(f *testing.F) {
 	f.Add(`{"hidden_size":4096,"intermediate_size":14336,"num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":128256}`)
 	f.Add(`{"n_embd":4096,"n_layer":28,"n_head":16,"vocab_size":50400}`)

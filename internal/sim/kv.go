@@ -1,6 +1,10 @@
 package sim
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/ttft-dev/ttft/internal/lru"
+)
 
 // kvCache is a paged KV cache with vLLM-v1-style prefix caching. Blocks are
 // indices into parallel arrays (no per-block allocation). A block is either
@@ -13,12 +17,9 @@ type kvCache struct {
 	ref       []int32
 	hash      []uint64
 	hashed    []bool
-	// Free queue: a doubly linked list threaded through prev/next, with
-	// sentinel -1. inFree marks membership.
-	prev, next []int32
-	inFree     []bool
-	head, tail int32
-	numFree    int
+	// queue is the free queue, least recently freed block at the front;
+	// a block is in it exactly when no sequence holds it.
+	queue lru.List
 
 	cache map[uint64]int32 // block hash -> block holding it
 
@@ -32,15 +33,11 @@ func newKVCache(numBlocks, blockSize int) *kvCache {
 		ref:       make([]int32, numBlocks),
 		hash:      make([]uint64, numBlocks),
 		hashed:    make([]bool, numBlocks),
-		prev:      make([]int32, numBlocks),
-		next:      make([]int32, numBlocks),
-		inFree:    make([]bool, numBlocks),
-		head:      -1,
-		tail:      -1,
+		queue:     *lru.NewList(numBlocks),
 		cache:     make(map[uint64]int32),
 	}
 	for i := 0; i < numBlocks; i++ {
-		k.pushTail(int32(i))
+		k.queue.PushBack(int32(i))
 	}
 	return k
 }
@@ -53,41 +50,19 @@ func (k *kvCache) usage() float64 {
 	if len(k.ref) == 0 {
 		return 0
 	}
-	return 1 - float64(k.numFree)/float64(len(k.ref))
+	return 1 - float64(k.numFree())/float64(len(k.ref))
 }
 
-func (k *kvCache) pushTail(b int32) {
-	k.prev[b], k.next[b] = k.tail, -1
-	if k.tail >= 0 {
-		k.next[k.tail] = b
-	} else {
-		k.head = b
-	}
-	k.tail = b
-	k.inFree[b] = true
-	k.numFree++
-}
+// numFree is the number of blocks in the free queue.
+func (k *kvCache) numFree() int { return k.queue.Len() }
 
-func (k *kvCache) unlink(b int32) {
-	p, n := k.prev[b], k.next[b]
-	if p >= 0 {
-		k.next[p] = n
-	} else {
-		k.head = n
-	}
-	if n >= 0 {
-		k.prev[n] = p
-	} else {
-		k.tail = p
-	}
-	k.inFree[b] = false
-	k.numFree--
-}
+// inFree reports whether block b is in the free queue.
+func (k *kvCache) inFree(b int32) bool { return k.queue.Contains(b) }
 
 // popHead takes the least recently freed block, evicting its cached hash.
 func (k *kvCache) popHead() int32 {
-	b := k.head
-	k.unlink(b)
+	b := k.queue.Front()
+	k.queue.Remove(b)
 	if k.hashed[b] {
 		if k.cache[k.hash[b]] == b {
 			delete(k.cache, k.hash[b])
@@ -96,19 +71,6 @@ func (k *kvCache) popHead() int32 {
 	}
 	k.ref[b] = 1
 	return b
-}
-
-// pushHead puts b at the front of the free queue: the next block reused.
-func (k *kvCache) pushHead(b int32) {
-	k.prev[b], k.next[b] = -1, k.head
-	if k.head >= 0 {
-		k.prev[k.head] = b
-	} else {
-		k.tail = b
-	}
-	k.head = b
-	k.inFree[b] = true
-	k.numFree++
 }
 
 // lookup returns how many of the leading full blocks (hashes) are cached.
@@ -157,8 +119,8 @@ func (k *kvCache) acquireCached(s *Seq, n int) {
 			s.blocks = append(s.blocks, -1)
 			continue
 		}
-		if k.inFree[b] {
-			k.unlink(b)
+		if k.queue.Contains(b) {
+			k.queue.Remove(b)
 		}
 		k.ref[b]++
 		s.blocks = append(s.blocks, b)
@@ -173,7 +135,7 @@ func (k *kvCache) allocate(s *Seq, total int) bool {
 	if need <= 0 {
 		return true
 	}
-	if need > k.numFree {
+	if need > k.queue.Len() {
 		return false
 	}
 	for i := 0; i < need; i++ {
@@ -216,7 +178,7 @@ func (k *kvCache) free(s *Seq) {
 		}
 		k.ref[b]--
 		if k.ref[b] == 0 {
-			k.pushTail(b)
+			k.queue.PushBack(b)
 		}
 	}
 	s.blocks = s.blocks[:0]
@@ -236,7 +198,7 @@ func (k *kvCache) slide(s *Seq, window int) {
 		if b := s.blocks[j]; b >= 0 {
 			k.ref[b]--
 			if k.ref[b] == 0 {
-				k.pushTail(b)
+				k.queue.PushBack(b)
 			}
 			s.blocks[j] = -1
 		}
@@ -288,11 +250,27 @@ func hashBlock(parent uint64, block []int) uint64 {
 // prompt blocks, so the next turn, whose prompt carries the reply, hits
 // them; the chain here reproduces the hashes that next prompt will have.
 type outChain struct {
-	words  *wordTokens
-	key    uint64 // the sequence's output word key (wordFor)
+	words  *OutputTokens
+	key    uint64 // the sequence's output word key (OutputWord)
 	parent uint64 // hash of the chain's last full block
 	pend   []int  // chain tokens after it (fewer than a block)
 	next   int    // output tokens consumed into the chain
+}
+
+// ChainOutput re-bases s's output blocks for a driver whose next turn does
+// not re-send the prompt's tokens as they are: base is the token sequence
+// that turn sends before the reply (for a chat prompt, the messages joined
+// as the server tokenises them), and words re-tokenise the reply. The
+// reply's full blocks are then hashed, and cached once computed, as that
+// next prompt will carry them; when base's leading full blocks do not hash
+// as the prompt's (the next turn could not reach the reply's blocks
+// anyway), the output stays uncached. It does nothing without prefix
+// caching. Call it after NewSeq, before the engine first schedules s.
+func (s *Seq) ChainOutput(d *Deployment, base []int, words *OutputTokens) {
+	if !d.Config.EnablePrefixCaching {
+		return
+	}
+	s.setChain(base, nil, words, d.BlockSize)
 }
 
 // setChain makes s's output blocks cacheable: base is the token sequence the
@@ -301,7 +279,7 @@ type outChain struct {
 // next turn could not reach the reply's blocks anyway), output blocks stay
 // uncached.
 // hs, when not nil, is blockHashes(base) already at hand.
-func (s *Seq) setChain(base []int, hs []uint64, words *wordTokens, blockSize int) {
+func (s *Seq) setChain(base []int, hs []uint64, words *OutputTokens, blockSize int) {
 	s.chain = nil
 	s.hashes = s.hashes[:s.promptBlocks]
 	if words == nil || len(base) < s.promptBlocks*blockSize {

@@ -75,39 +75,12 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 	if cat == nil {
 		cat = DefaultCatalog()
 	}
-	if _, err := cat.Model(req.Model); err != nil {
+	req, err := req.withDefaults(cat)
+	if err != nil {
 		return nil, err
 	}
-	if req.Rate <= 0 {
-		return nil, fmt.Errorf("plan needs a positive request rate, got %g", req.Rate)
-	}
-	if req.PromptTokens <= 0 || req.MaxTokens <= 0 {
-		return nil, fmt.Errorf("plan needs positive prompt and output lengths")
-	}
-	if req.MaxReplicas <= 0 {
-		req.MaxReplicas = 64
-	}
-	if req.Requests <= 0 {
-		req.Requests = 2000
-	}
-	gpus := req.GPUs
-	if len(gpus) == 0 {
-		for _, name := range cat.GPUNames() {
-			if g, err := cat.GPU(name); err == nil && g.Class == "" {
-				gpus = append(gpus, name) // CPU/edge devices only when named
-			}
-		}
-	}
-	tps := req.TPs
-	if len(tps) == 0 {
-		tps = []int{1, 2, 4, 8}
-	}
-	fp8s := req.FP8
-	if len(fp8s) == 0 {
-		fp8s = []bool{false, true}
-	}
 	var rows []PlanRow
-	for _, gname := range gpus {
+	for _, gname := range req.GPUs {
 		g, err := cat.GPU(gname)
 		if err != nil {
 			return nil, err
@@ -116,91 +89,28 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 		if p, ok := req.Prices[g.Name]; ok {
 			price = p
 		}
-		for _, tp := range tps {
-			for _, fp8 := range fp8s {
+		for _, tp := range req.TPs {
+			for _, fp8 := range req.FP8 {
 				cfg := Config{Model: req.Model, GPU: g.Name, TensorParallelSize: tp, EnablePrefixCaching: req.PrefixCaching, Engine: req.Engine,
 					MaxModelLen: req.PromptTokens + req.MaxTokens + 16, AllowLongMaxModelLen: true}
 				if fp8 {
 					cfg.Quantization, cfg.KVCacheDtype = "fp8", "fp8"
 				}
-				row := PlanRow{GPU: g.Name, TP: tp, FP8: fp8}
 				d, err := Resolve(cat, cfg)
 				if err != nil {
 					continue // does not fit or TP invalid: not a candidate
 				}
-				seen := map[int]PlanRow{}
-				eval := func(r int) (PlanRow, error) {
-					if got, ok := seen[r]; ok {
-						return got, nil
-					}
-					out := row
-					out.Replicas = r
-					out.CostPerHour = float64(r*tp) * price
-					p50, p95, itl, over, err := simulateLoad(ctx, d, req.Rate/float64(r), req.PromptTokens, req.MaxTokens, req.Requests, req.Seed)
-					if err != nil {
-						return out, err
-					}
-					out.TTFTP50Ms, out.TTFTP95Ms, out.ITLP95Ms, out.Overloaded = p50, p95, itl, over
-					out.Meets = (req.TTFTP95Ms <= 0 || p95 <= req.TTFTP95Ms) && (req.ITLP95Ms <= 0 || itl <= req.ITLP95Ms)
-					seen[r] = out
-					return out, nil
-				}
-				// Exponential then binary search for the fewest replicas.
-				lo, hi := 0, 1
-				var best PlanRow
-				found := false
-				for hi <= req.MaxReplicas {
-					r, err := eval(hi)
-					if err != nil {
-						return nil, err
-					}
-					if r.Meets {
-						best, found = r, true
-						break
-					}
-					best = r
-					lo, hi = hi, hi*2
-				}
-				if !found && lo < req.MaxReplicas {
-					r, err := eval(req.MaxReplicas)
-					if err != nil {
-						return nil, err
-					}
-					best, hi = r, req.MaxReplicas
-					found = r.Meets
-				}
-				if found {
-					for lo+1 < hi {
-						mid := (lo + hi) / 2
-						r, err := eval(mid)
-						if err != nil {
-							return nil, err
-						}
-						if r.Meets {
-							best, hi = r, mid
-						} else {
-							lo = mid
-						}
-					}
-				} else {
-					best.Note = fmt.Sprintf("misses the SLO even with %d replicas", best.Replicas)
-					if best.Overloaded {
-						best.Note += " (overloaded)"
-					}
-				}
-				for _, n := range req.AtReplicas {
-					r, err := eval(n)
-					if err != nil {
-						return nil, err
-					}
-					best.At = append(best.At, PlanPoint{Replicas: n, TTFTP50Ms: r.TTFTP50Ms, TTFTP95Ms: r.TTFTP95Ms, ITLP95Ms: r.ITLP95Ms, CostPerHour: r.CostPerHour, Meets: r.Meets, Overloaded: r.Overloaded})
+				c := &planCandidate{ctx: ctx, req: &req, d: d, price: price, row: PlanRow{GPU: g.Name, TP: tp, FP8: fp8}, seen: map[int]PlanRow{}}
+				best, err := c.plan()
+				if err != nil {
+					return nil, err
 				}
 				rows = append(rows, best)
 			}
 		}
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("no configuration of %s fits on %v with TP in %v", req.Model, gpus, tps)
+		return nil, fmt.Errorf("no configuration of %s fits on %v with TP in %v", req.Model, req.GPUs, req.TPs)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if rows[i].Meets != rows[j].Meets {
@@ -212,6 +122,139 @@ func Plan(ctx context.Context, req PlanRequest) ([]PlanRow, error) {
 		return rows[i].TTFTP95Ms < rows[j].TTFTP95Ms
 	})
 	return rows, nil
+}
+
+// withDefaults checks the request and fills in what it leaves open: the
+// catalog's GPUs (CPU and edge devices only when named), TP 1, 2, 4, 8,
+// 16-bit and FP8, 64 replicas at most, 2000 requests per simulation.
+func (req PlanRequest) withDefaults(cat *Catalog) (PlanRequest, error) {
+	if _, err := cat.Model(req.Model); err != nil {
+		return req, err
+	}
+	if req.Rate <= 0 {
+		return req, fmt.Errorf("plan needs a positive request rate, got %g", req.Rate)
+	}
+	if req.PromptTokens <= 0 || req.MaxTokens <= 0 {
+		return req, fmt.Errorf("plan needs positive prompt and output lengths")
+	}
+	if req.MaxReplicas <= 0 {
+		req.MaxReplicas = 64
+	}
+	if req.Requests <= 0 {
+		req.Requests = 2000
+	}
+	if len(req.GPUs) == 0 {
+		var gpus []string
+		for _, name := range cat.GPUNames() {
+			if g, err := cat.GPU(name); err == nil && g.Class == "" {
+				gpus = append(gpus, name) // CPU/edge devices only when named
+			}
+		}
+		req.GPUs = gpus
+	}
+	if len(req.TPs) == 0 {
+		req.TPs = []int{1, 2, 4, 8}
+	}
+	if len(req.FP8) == 0 {
+		req.FP8 = []bool{false, true}
+	}
+	return req, nil
+}
+
+// planCandidate is one deployment of a plan, simulated at replica counts
+// as the search asks for them (each count once).
+type planCandidate struct {
+	ctx   context.Context
+	req   *PlanRequest
+	d     *Deployment
+	price float64 // per GPU-hour
+	row   PlanRow // GPU, TP and FP8 filled in
+	seen  map[int]PlanRow
+}
+
+// eval simulates r replicas, each receiving 1/r of the load.
+func (c *planCandidate) eval(r int) (PlanRow, error) {
+	if got, ok := c.seen[r]; ok {
+		return got, nil
+	}
+	req := c.req
+	out := c.row
+	out.Replicas = r
+	out.CostPerHour = float64(r*c.row.TP) * c.price
+	p50, p95, itl, over, err := simulateLoad(c.ctx, c.d, req.Rate/float64(r), req.PromptTokens, req.MaxTokens, req.Requests, req.Seed)
+	if err != nil {
+		return out, err
+	}
+	out.TTFTP50Ms, out.TTFTP95Ms, out.ITLP95Ms, out.Overloaded = p50, p95, itl, over
+	out.Meets = (req.TTFTP95Ms <= 0 || p95 <= req.TTFTP95Ms) && (req.ITLP95Ms <= 0 || itl <= req.ITLP95Ms)
+	c.seen[r] = out
+	return out, nil
+}
+
+// plan finds the fewest replicas meeting the SLOs (else notes the miss at
+// the most tried) and adds the replica counts asked for.
+func (c *planCandidate) plan() (PlanRow, error) {
+	best, err := c.fewest()
+	if err != nil {
+		return best, err
+	}
+	for _, n := range c.req.AtReplicas {
+		r, err := c.eval(n)
+		if err != nil {
+			return best, err
+		}
+		best.At = append(best.At, PlanPoint{Replicas: n, TTFTP50Ms: r.TTFTP50Ms, TTFTP95Ms: r.TTFTP95Ms, ITLP95Ms: r.ITLP95Ms, CostPerHour: r.CostPerHour, Meets: r.Meets, Overloaded: r.Overloaded})
+	}
+	return best, nil
+}
+
+// fewest is an exponential then binary search for the fewest replicas
+// that meet the SLOs, up to MaxReplicas.
+func (c *planCandidate) fewest() (PlanRow, error) {
+	maxR := c.req.MaxReplicas
+	lo, hi := 0, 1
+	var best PlanRow
+	found := false
+	for hi <= maxR {
+		r, err := c.eval(hi)
+		if err != nil {
+			return best, err
+		}
+		if r.Meets {
+			best, found = r, true
+			break
+		}
+		best = r
+		lo, hi = hi, hi*2
+	}
+	if !found && lo < maxR {
+		r, err := c.eval(maxR)
+		if err != nil {
+			return best, err
+		}
+		best, hi = r, maxR
+		found = r.Meets
+	}
+	if !found {
+		best.Note = fmt.Sprintf("misses the SLO even with %d replicas", best.Replicas)
+		if best.Overloaded {
+			best.Note += " (overloaded)"
+		}
+		return best, nil
+	}
+	for lo+1 < hi {
+		mid := (lo + hi) / 2
+		r, err := c.eval(mid)
+		if err != nil {
+			return best, err
+		}
+		if r.Meets {
+			best, hi = r, mid
+		} else {
+			lo = mid
+		}
+	}
+	return best, nil
 }
 
 // simulateLoad runs n Poisson requests at rate through one replica and

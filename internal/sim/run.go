@@ -67,6 +67,17 @@ type offlineReq struct {
 // every finished record to sink in completion order. It is deterministic for
 // a deterministic source.
 func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions, sink func(*record.Record) error) (RunStats, error) {
+	r := newOfflineRun(ctx, d, src, opt.withDefaults(d, src), sink)
+	if err := r.loop(); err != nil {
+		return RunStats{}, err
+	}
+	st := r.eng.Stats()
+	return RunStats{Virtual: r.lastEnd, Steps: st.Steps, Engine: st, NumBlocks: d.NumBlocks}, nil
+}
+
+// withDefaults settles the load: a source's own times, else a closed loop
+// of Concurrency, else an open loop at Rate (Poisson, seeded by Seed).
+func (opt RunOptions) withDefaults(d *Deployment, src workload.Source) RunOptions {
 	if opt.Start.IsZero() {
 		opt.Start = time.Unix(0, 0).UTC()
 	}
@@ -85,235 +96,323 @@ func Run(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions
 	if opt.NextWait <= 0 {
 		opt.NextWait = 100 * time.Millisecond
 	}
-	rng := rand.New(rand.NewPCG(opt.Seed, 0x61727269766c))
 	if opt.NextGap == nil && opt.Concurrency <= 0 {
+		rng := rand.New(rand.NewPCG(opt.Seed, 0x61727269766c))
 		rate := opt.Rate
 		opt.NextGap = func() time.Duration { return time.Duration(rng.ExpFloat64() / rate * 1e9) }
 	}
-	fb, _ := src.(workload.FeedbackSource)
-	eng := NewEngine(d)
+	return opt
+}
+
+// offlineRun is one Run: the engine on a virtual clock, the source's next
+// request, the requests sent but not yet admitted (their API delay still
+// running), and the step in progress.
+type offlineRun struct {
+	ctx  context.Context
+	d    *Deployment
+	src  workload.Source
+	fb   workload.FeedbackSource // src, when its next turns wait on replies
+	poll workload.PollSource     // src, when it can say "nothing yet" without blocking
+	opt  RunOptions
+	sink func(*record.Record) error
+	eng  *Engine
+
+	now      time.Duration
+	inflight int // sent and not finished
+	issued   int
+	limit    int // requests to issue, warm-up included
+	iter     int
+
+	// The source's next request, due at nextAt (-1: when a closed-loop
+	// slot frees); pending is a Next call under way.
+	next        *workload.Request
+	nextAt      time.Duration
+	lastArrival time.Duration
+	srcDone     bool
+	pending     chan nextResult
+	justDone    bool // a reply went back to fb since the last fetch
+
+	admitQ admitQueue
+	// busy: a step is in progress, ending at stepEnd with emits.
+	busy    bool
+	stepEnd time.Duration
+	emits   []Emit
+	lastEnd time.Duration // the latest request end
+}
+
+func newOfflineRun(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions, sink func(*record.Record) error) *offlineRun {
+	r := &offlineRun{ctx: ctx, d: d, src: src, opt: opt, sink: sink, eng: NewEngine(d), limit: math.MaxInt}
+	r.fb, _ = src.(workload.FeedbackSource)
+	r.poll, _ = src.(workload.PollSource)
 	if opt.Tokenizer != nil {
 		// Replies are re-tokenised as the session source will send them
 		// back, so that the blocks they fill hash as the next turn's.
-		eng.SetOutputTokenizer(opt.Tokenizer)
+		r.eng.SetOutputTokenizer(opt.Tokenizer)
 	}
-
-	var (
-		now, stepEnd time.Duration
-		busy         bool
-		inflight     int
-		issued       int
-		srcDone      bool
-		next         *workload.Request
-		nextAt       time.Duration
-		lastArrival  time.Duration
-		pending      chan nextResult
-		admitQ       admitQueue
-		lastEnd      time.Duration
-		iter         int
-		justDone     bool
-	)
-	limit := math.MaxInt
 	if opt.Requests > 0 {
-		limit = opt.Requests + opt.Warmup
+		r.limit = opt.Requests + opt.Warmup
 	}
-	// fetch gets the next request, waiting at most opt.NextWait while others
-	// are in flight (a multi-turn source may be waiting for one of them).
-	poll, _ := src.(workload.PollSource)
-	fetch := func() error {
-		if poll != nil {
-			// Deterministic: ask without waiting; nothing ready means the
-			// source waits on a reply the engine has yet to produce.
-			r, ok, err := poll.TryNext()
-			if !ok && err == nil {
-				return nil
-			}
-			ch := make(chan nextResult, 1)
-			ch <- nextResult{r, err}
-			pending = ch
-		}
-		if pending == nil && fb == nil {
-			r, err := src.Next(ctx)
-			ch := make(chan nextResult, 1)
-			ch <- nextResult{r, err}
-			pending = ch
-		}
-		if pending == nil {
-			ch := make(chan nextResult, 1)
-			pending = ch
-			go func() {
-				r, err := src.Next(ctx)
-				ch <- nextResult{r, err}
-			}()
-		}
-		var res nextResult
-		if fb == nil || poll != nil {
-			// A plain source cannot depend on our replies: no need to guard
-			// against it blocking on them.
-			res = <-pending
-		} else if inflight > 0 || admitQ.len() > 0 {
-			// Only a reply can unblock a source waiting on one: give it
-			// NextWait right after a Done, and otherwise just look.
-			if justDone {
-				justDone = false
-				t := time.NewTimer(opt.NextWait)
-				select {
-				case res = <-pending:
-					t.Stop()
-				case <-t.C:
-					return nil
-				case <-ctx.Done():
-					t.Stop()
-					return ctx.Err()
-				}
-			} else {
-				select {
-				case res = <-pending:
-				default:
-					return nil
-				}
-			}
-		} else {
-			select {
-			case res = <-pending:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		pending = nil
-		if errors.Is(res.err, io.EOF) {
-			srcDone = true
-			return nil
-		}
-		if res.err != nil {
-			return fmt.Errorf("reading the workload: %w", res.err)
-		}
-		next = res.r
-		switch {
-		case next.HasAt:
-			nextAt = next.At
-		case opt.Concurrency > 0 && opt.RampUp > 0 && issued < opt.Concurrency:
-			nextAt = opt.RampUp * time.Duration(issued) / time.Duration(opt.Concurrency)
-		case opt.Concurrency > 0:
-			nextAt = -1 // as soon as a slot frees
-		default:
-			if issued > 0 {
-				lastArrival += opt.NextGap()
-			}
-			nextAt = lastArrival
-		}
-		return nil
-	}
+	return r
+}
 
-	finish := func(o *offlineReq, at time.Duration, ok bool, text string) error {
-		inflight--
-		if fb != nil {
-			fb.Done(o.req, workload.Result{OK: ok, Text: text, End: opt.Start.Add(at)})
-			justDone = true
-		}
-		if at > lastEnd {
-			lastEnd = at
-		}
-		if sink != nil {
-			return sink(o.rec)
-		}
-		return nil
-	}
-
+// loop advances the virtual clock event by event: a request's send, its
+// admission after the API delay, a step's end, until nothing is left.
+func (r *offlineRun) loop() error {
 	for {
-		if iter++; iter&1023 == 0 && ctx.Err() != nil {
-			return RunStats{}, ctx.Err()
+		if r.iter++; r.iter&1023 == 0 && r.ctx.Err() != nil {
+			return r.ctx.Err()
 		}
 		// Next request, if the run still issues.
-		if next == nil && !srcDone && issued < limit && (opt.Concurrency <= 0 || inflight < opt.Concurrency) && (opt.MaxInFlight <= 0 || inflight < opt.MaxInFlight || opt.Concurrency > 0) {
-			if err := fetch(); err != nil {
-				return RunStats{}, err
+		if r.wantsNext() {
+			if err := r.fetch(); err != nil {
+				return err
 			}
 		}
-		ta := time.Duration(math.MaxInt64)
-		if next != nil {
-			at := nextAt
-			if at < 0 {
-				at = now
+		ta := r.sendTime()
+		if ta <= r.now {
+			if err := r.send(ta); err != nil {
+				return err
 			}
-			if opt.Duration > 0 && at > opt.Duration {
-				srcDone, next = true, nil
-			} else if (opt.Concurrency <= 0 || inflight < opt.Concurrency) && (opt.MaxInFlight <= 0 || inflight < opt.MaxInFlight) {
-				ta = at
-			}
-		}
-		if ta <= now {
-			// A request fetched late (its source waited on a reply) is sent
-			// now; its intended time stays ta, as bench records lag.
-			o, err := issue(eng, next, issued, ta, now, opt, d)
-			if err != nil {
-				return RunStats{}, err
-			}
-			issued++
-			inflight++
-			next = nil
-			if o.rec.ErrorClass != "" {
-				if err := finish(o, now, false, ""); err != nil {
-					return RunStats{}, err
-				}
-				continue
-			}
-			// inflight already counts o: the others are inflight−1.
-			admitQ.push(now+d.APIDelay(inflight-1), o)
 			continue
 		}
 		// Admissions (after the API overhead) due now.
-		if t, ok := admitQ.peek(); ok && t <= now {
-			o := admitQ.pop()
-			eng.Add(o.rec2seq(), t)
+		if t, ok := r.admitQ.peek(); ok && t <= r.now {
+			o := r.admitQ.pop()
+			r.eng.Add(o.rec2seq(), t)
 			continue
 		}
 		tn := ta
-		if t, ok := admitQ.peek(); ok && t < tn {
+		if t, ok := r.admitQ.peek(); ok && t < tn {
 			tn = t
 		}
-		if busy {
-			if stepEnd <= tn {
-				now = stepEnd
-				busy = false
-				for _, em := range lastEmits(eng) {
-					o := em.Seq.Tag.(*offlineReq)
-					o.deliver(em, now, opt.Start)
-					if em.Finished {
-						text := ""
-						if fb != nil {
-							text = outputText(em.Seq.ID, em.Seq.Output)
-						}
-						if err := finish(o, now, true, text); err != nil {
-							return RunStats{}, err
-						}
-					}
+		if r.busy {
+			if r.stepEnd <= tn {
+				if err := r.endStep(); err != nil {
+					return err
 				}
 				continue
 			}
-			now = tn
+			r.now = tn
 			continue
 		}
-		if eng.HasWork() {
-			res := eng.Step(now)
-			if res.Tokens == 0 && len(res.Emits) == 0 {
-				return RunStats{}, fmt.Errorf("simulator stalled at %v: %d waiting, %d running, %d/%d KV blocks free", now, eng.NumWaiting(), eng.NumRunning(), eng.kv.numFree, eng.kv.numBlocks())
+		if r.eng.HasWork() {
+			if err := r.step(); err != nil {
+				return err
 			}
-			busy, stepEnd = true, res.End
 			continue
 		}
 		if tn == time.Duration(math.MaxInt64) {
-			break
+			return nil
 		}
-		now = tn
+		r.now = tn
 	}
-	st := eng.Stats()
-	return RunStats{Virtual: lastEnd, Steps: st.Steps, Engine: st, NumBlocks: d.NumBlocks}, nil
 }
 
-// lastEmits returns the emits of the step that just ended. The engine keeps
-// them until the next Step.
-func lastEmits(e *Engine) []Emit { return e.emits }
+// wantsNext says whether the run still issues and has room for a request
+// it has not fetched yet.
+func (r *offlineRun) wantsNext() bool {
+	opt := &r.opt
+	return r.next == nil && !r.srcDone && r.issued < r.limit &&
+		(opt.Concurrency <= 0 || r.inflight < opt.Concurrency) &&
+		(opt.MaxInFlight <= 0 || r.inflight < opt.MaxInFlight || opt.Concurrency > 0)
+}
+
+// sendTime is when the next request may be sent (never: MaxInt64). A
+// request due after Duration ends the source.
+func (r *offlineRun) sendTime() time.Duration {
+	if r.next == nil {
+		return time.Duration(math.MaxInt64)
+	}
+	at := r.nextAt
+	if at < 0 {
+		at = r.now
+	}
+	opt := &r.opt
+	if opt.Duration > 0 && at > opt.Duration {
+		r.srcDone, r.next = true, nil
+		return time.Duration(math.MaxInt64)
+	}
+	if (opt.Concurrency <= 0 || r.inflight < opt.Concurrency) && (opt.MaxInFlight <= 0 || r.inflight < opt.MaxInFlight) {
+		return at
+	}
+	return time.Duration(math.MaxInt64)
+}
+
+// send issues the next request now, intended at ta, and queues it for the
+// engine after the API delay; one refused outright finishes at once.
+func (r *offlineRun) send(ta time.Duration) error {
+	// A request fetched late (its source waited on a reply) is sent now;
+	// its intended time stays ta, as bench records lag.
+	o, err := issue(r.eng, r.next, r.issued, ta, r.now, r.opt, r.d)
+	if err != nil {
+		return err
+	}
+	r.issued++
+	r.inflight++
+	r.next = nil
+	if o.rec.ErrorClass != "" {
+		return r.finish(o, r.now, false, "")
+	}
+	// inflight already counts o: the others are inflight−1.
+	r.admitQ.push(r.now+r.d.APIDelay(r.inflight-1), o)
+	return nil
+}
+
+// step starts an engine step now.
+func (r *offlineRun) step() error {
+	res := r.eng.Step(r.now)
+	if res.Tokens == 0 && len(res.Emits) == 0 {
+		eng := r.eng
+		return fmt.Errorf("simulator stalled at %v: %d waiting, %d running, %d/%d KV blocks free", r.now, eng.NumWaiting(), eng.NumRunning(), eng.kv.numFree(), eng.kv.numBlocks())
+	}
+	r.busy, r.stepEnd, r.emits = true, res.End, res.Emits
+	return nil
+}
+
+// endStep moves the clock to the step's end and delivers its tokens,
+// finishing the requests it completed.
+func (r *offlineRun) endStep() error {
+	r.now, r.busy = r.stepEnd, false
+	for _, em := range r.emits {
+		o := em.Seq.Tag.(*offlineReq)
+		o.deliver(em, r.now, r.opt.Start)
+		if em.Finished {
+			text := ""
+			if r.fb != nil {
+				text = OutputText(em.Seq.ID, em.Seq.Output)
+			}
+			if err := r.finish(o, r.now, true, text); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finish ends a request at virtual time at: its reply goes back to a
+// feedback source and its record to the sink.
+func (r *offlineRun) finish(o *offlineReq, at time.Duration, ok bool, text string) error {
+	r.inflight--
+	if r.fb != nil {
+		r.fb.Done(o.req, workload.Result{OK: ok, Text: text, End: r.opt.Start.Add(at)})
+		r.justDone = true
+	}
+	if at > r.lastEnd {
+		r.lastEnd = at
+	}
+	if r.sink != nil {
+		return r.sink(o.rec)
+	}
+	return nil
+}
+
+// fetch gets the next request and its intended time, waiting at most
+// opt.NextWait while others are in flight (a multi-turn source may be
+// waiting for one of them).
+func (r *offlineRun) fetch() error {
+	res, ok, err := r.receive()
+	if err != nil || !ok {
+		return err
+	}
+	if errors.Is(res.err, io.EOF) {
+		r.srcDone = true
+		return nil
+	}
+	if res.err != nil {
+		return fmt.Errorf("reading the workload: %w", res.err)
+	}
+	r.next = res.r
+	opt := &r.opt
+	switch {
+	case r.next.HasAt:
+		r.nextAt = r.next.At
+	case opt.Concurrency > 0 && opt.RampUp > 0 && r.issued < opt.Concurrency:
+		r.nextAt = opt.RampUp * time.Duration(r.issued) / time.Duration(opt.Concurrency)
+	case opt.Concurrency > 0:
+		r.nextAt = -1 // as soon as a slot frees
+	default:
+		if r.issued > 0 {
+			r.lastArrival += opt.NextGap()
+		}
+		r.nextAt = r.lastArrival
+	}
+	return nil
+}
+
+// receive asks the source for its next request; ok is false when none is
+// ready yet because the source waits on a reply still to be produced.
+func (r *offlineRun) receive() (res nextResult, ok bool, err error) {
+	if r.poll != nil {
+		// Deterministic: ask without waiting; nothing ready means the
+		// source waits on a reply the engine has yet to produce.
+		req, ready, err := r.poll.TryNext()
+		if !ready && err == nil {
+			return res, false, nil
+		}
+		ch := make(chan nextResult, 1)
+		ch <- nextResult{req, err}
+		r.pending = ch
+	}
+	if r.pending == nil && r.fb == nil {
+		req, err := r.src.Next(r.ctx)
+		ch := make(chan nextResult, 1)
+		ch <- nextResult{req, err}
+		r.pending = ch
+	}
+	if r.pending == nil {
+		ch := make(chan nextResult, 1)
+		r.pending = ch
+		go func() {
+			req, err := r.src.Next(r.ctx)
+			ch <- nextResult{req, err}
+		}()
+	}
+	switch {
+	case r.fb == nil || r.poll != nil:
+		// A plain source cannot depend on our replies: no need to guard
+		// against it blocking on them.
+		res = <-r.pending
+	case r.inflight > 0 || r.admitQ.len() > 0:
+		// Only a reply can unblock a source waiting on one: give it
+		// NextWait right after a Done, and otherwise just look.
+		if res, ok, err = r.awaitReply(); !ok {
+			return res, false, err
+		}
+	default:
+		select {
+		case res = <-r.pending:
+		case <-r.ctx.Done():
+			return res, false, r.ctx.Err()
+		}
+	}
+	r.pending = nil
+	return res, true, nil
+}
+
+// awaitReply takes a feedback source's pending answer while requests are
+// in flight: waiting up to NextWait right after a reply went back, else
+// only if it is already there.
+func (r *offlineRun) awaitReply() (res nextResult, ok bool, err error) {
+	if !r.justDone {
+		select {
+		case res = <-r.pending:
+			return res, true, nil
+		default:
+			return res, false, nil
+		}
+	}
+	r.justDone = false
+	t := time.NewTimer(r.opt.NextWait)
+	defer t.Stop()
+	select {
+	case res = <-r.pending:
+		return res, true, nil
+	case <-t.C:
+		return res, false, nil
+	case <-r.ctx.Done():
+		return res, false, r.ctx.Err()
+	}
+}
 
 type nextResult struct {
 	r   *workload.Request

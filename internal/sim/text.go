@@ -19,9 +19,11 @@ var outputWords = [...]string{
 	" will", " would", " who", " so", " no", " time", " out", " up", " about", " than",
 }
 
-// wordFor returns the text of output token i of sequence id: deterministic,
-// varied, and cheap (no allocation).
-func wordFor(id uint64, i int) string {
+// OutputWord returns the text of output token i of sequence id: deterministic,
+// varied, and cheap (no allocation). Every driver streams these words, so
+// that a reply is the same text whoever serves it, and the prefix cache can
+// hash it as the next turn will send it back (see OutputTokens).
+func OutputWord(id uint64, i int) string {
 	return outputWords[wordIndex(id, i)]
 }
 
@@ -30,32 +32,44 @@ func wordIndex(id uint64, i int) int {
 	return int(mix64(id*0x9e3779b97f4a7c15+uint64(i)) % uint64(len(outputWords)))
 }
 
-// wordTokens holds a tokenizer's IDs for each output word: the prefix cache
+// OutputTokens holds a tokenizer's IDs for each output word: the prefix cache
 // hashes a reply as the next turn's prompt will carry it, re-tokenised.
 // Each output word is a pre-tokenisation piece of its own (a leading space
 // and letters), so the reply's tokenisation is the concatenation of its
 // words' (TestOutputWordsRoundTrip checks this for the default tokenizer).
-type wordTokens struct {
+// It is read-only once made, so one value may serve many sequences and
+// goroutines.
+type OutputTokens struct {
 	ids [len(outputWords)][]int
 }
 
-func newWordTokens(tok workload.Tokenizer) *wordTokens {
-	w := &wordTokens{}
+// NewOutputTokens tokenises the output words with tok; nil means
+// workload.DefaultTokenizer, whose OutputTokens are made once and shared.
+// A driver makes one per tokenizer, not one per request (Seq.ChainOutput).
+func NewOutputTokens(tok workload.Tokenizer) *OutputTokens {
+	if tok == nil {
+		return defaultOutputTokens()
+	}
+	return newOutputTokens(tok)
+}
+
+func newOutputTokens(tok workload.Tokenizer) *OutputTokens {
+	w := &OutputTokens{}
 	for i, s := range outputWords {
 		w.ids[i] = tok.Encode(s)
 	}
 	return w
 }
 
-// defaultWordTokens is wordTokens for workload.DefaultTokenizer, which
+// defaultOutputTokens is OutputTokens for workload.DefaultTokenizer, which
 // session sources use unless told otherwise.
-var defaultWordTokens = sync.OnceValue(func() *wordTokens { return newWordTokens(workload.DefaultTokenizer()) })
+var defaultOutputTokens = sync.OnceValue(func() *OutputTokens { return newOutputTokens(workload.DefaultTokenizer()) })
 
-// outputText is the whole output of a sequence of n tokens.
-func outputText(id uint64, n int) string {
+// OutputText is the whole output of a sequence of n tokens.
+func OutputText(id uint64, n int) string {
 	var b strings.Builder
 	for i := 0; i < n; i++ {
-		b.WriteString(wordFor(id, i))
+		b.WriteString(OutputWord(id, i))
 	}
 	return b.String()
 }

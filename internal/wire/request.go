@@ -30,6 +30,19 @@ func ParseAPI(s string) (API, error) {
 	return "", fmt.Errorf("unknown API %q (want openai-chat, openai-completions or anthropic)", s)
 }
 
+// Provider is the API's family, as the GenAI semantic conventions name
+// providers (gen_ai.provider.name) and the gateway names backend APIs:
+// "openai" for both OpenAI APIs, "anthropic"; any other value as it is.
+func (a API) Provider() string {
+	switch a {
+	case OpenAIChat, OpenAICompletions:
+		return "openai"
+	case Anthropic:
+		return "anthropic"
+	}
+	return string(a)
+}
+
 // AnthropicVersion is sent as the anthropic-version header.
 const AnthropicVersion = "2023-06-01"
 

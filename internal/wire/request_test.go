@@ -98,3 +98,11 @@ func TestMaxTokensField(t *testing.T) {
 		}
 	}
 }
+
+func TestProvider(t *testing.T) {
+	for api, want := range map[API]string{OpenAIChat: "openai", OpenAICompletions: "openai", Anthropic: "anthropic", "": "", "gemini": "gemini"} {
+		if got := api.Provider(); got != want {
+			t.Errorf("%q.Provider() = %q, want %q", api, got, want)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ttft-dev/ttft/internal/sloclass"
 )
 
 // Scenario is a named workload profile with service-level objectives: what
@@ -205,27 +207,27 @@ func (s *Scenario) Validate() error {
 	return nil
 }
 
-// Built-in scenarios from the source article's §3.2 table. The SLO limits
-// are the article's; the length distributions and rates are our choices,
-// documented in docs/workloads.md.
+// Built-in scenarios from the source article's §3.2 table, one per SLO
+// class (package sloclass holds the article's limits, shared with the
+// gateway); the length distributions and rates are our choices, documented
+// in docs/workloads.md.
 func builtinScenarios() map[string]*Scenario {
+	chat, code, summary := sloclass.Must(sloclass.Chat), sloclass.Must(sloclass.Code), sloclass.Must(sloclass.Summary)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 	return map[string]*Scenario{
-		"chat": {
-			Name:        "chat",
-			Description: "customer-service Q&A: TTFT P95 <= 320 ms, whole answer within 800 ms, tolerates ±30% bursts",
+		chat.Name: {
+			Name:        chat.Name,
+			Description: fmt.Sprintf("%s: TTFT P95 <= %s, whole answer within %s, tolerates ±30%% bursts", chat.Product, ms(chat.TTFT), ms(chat.E2E)),
 			// Short questions with some context, short answers.
 			PromptTokens: Dist{Kind: "lognormal", Median: 200, Sigma: 0.6, Min: 32, Max: 1024},
 			OutputTokens: Dist{Kind: "lognormal", Median: 48, Sigma: 0.4, Min: 8, Max: 128},
 			Prefix:       &PrefixSpec{Groups: 1, Tokens: 256}, // one shared service system prompt
 			Arrival:      ArrivalSpec{Process: "poisson", RatePerS: 4, BurstAmplitude: 0.3, BurstPeriod: Duration(60 * time.Second)},
-			SLOs: []SLO{
-				{Metric: "ttft", Statistic: "p95", LimitMs: 320},
-				{Metric: "e2e", Statistic: "p95", LimitMs: 800},
-			},
+			SLOs:         classSLOs(chat),
 		},
-		"code": {
-			Name:        "code",
-			Description: "code completion: TTFT P95 <= 120 ms, <= 300 ms end to end, short outputs over a long shared file context, jitter-sensitive",
+		code.Name: {
+			Name:        code.Name,
+			Description: fmt.Sprintf("%s: TTFT P95 <= %s, <= %s end to end, short outputs over a long shared file context, jitter-sensitive", code.Product, ms(code.TTFT), ms(code.E2E)),
 			// The cursor's neighbourhood after a long file shared by many
 			// requests (the article: >= 70% prefix reuse needed).
 			PromptTokens: Dist{Kind: "uniform", Min: 32, Max: 256},
@@ -234,23 +236,25 @@ func builtinScenarios() map[string]*Scenario {
 			Prefix:       &PrefixSpec{Groups: 8, Tokens: 1536, Popularity: "zipf", ZipfS: 1.1},
 			// Keystroke-driven and steady: constant-ish gaps (gamma shape 4).
 			Arrival: ArrivalSpec{Process: "gamma", RatePerS: 8, Burstiness: 4},
-			SLOs: []SLO{
-				{Metric: "ttft", Statistic: "p95", LimitMs: 120},
-				{Metric: "e2e", Statistic: "p95", LimitMs: 300},
-			},
+			SLOs:    classSLOs(code),
 		},
-		"summary": {
-			Name:         "summary",
-			Description:  "real-time summarisation: TTFT P95 <= 650 ms, <= 1200 ms end to end, long inputs, batch-friendly",
+		summary.Name: {
+			Name:         summary.Name,
+			Description:  fmt.Sprintf("%s: TTFT P95 <= %s, <= %s end to end, long inputs, batch-friendly", summary.Product, ms(summary.TTFT), ms(summary.E2E)),
 			PromptTokens: Dist{Kind: "uniform", Min: 2048, Max: 4096},
 			OutputTokens: Dist{Kind: "uniform", Min: 32, Max: 96},
 			// Documents come in batches: bursty gamma arrivals (shape 0.5).
 			Arrival: ArrivalSpec{Process: "gamma", RatePerS: 1, Burstiness: 0.5},
-			SLOs: []SLO{
-				{Metric: "ttft", Statistic: "p95", LimitMs: 650},
-				{Metric: "e2e", Statistic: "p95", LimitMs: 1200},
-			},
+			SLOs:    classSLOs(summary),
 		},
+	}
+}
+
+// classSLOs are a class's targets as scenario SLOs (P95 TTFT and E2E).
+func classSLOs(c sloclass.Class) []SLO {
+	return []SLO{
+		{Metric: "ttft", Statistic: "p95", LimitMs: Millis(c.TTFT.Milliseconds())},
+		{Metric: "e2e", Statistic: "p95", LimitMs: Millis(c.E2E.Milliseconds())},
 	}
 }
 

@@ -13,15 +13,15 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/gateway"
-	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 )
 
-func startSim(t *testing.T, ctx context.Context, faults sim.FaultConfig) *sim.Server {
+func startSim(t *testing.T, ctx context.Context, faults serve.FaultConfig) *serve.Server {
 	t.Helper()
-	cfg := sim.DefaultServerConfig()
+	cfg := serve.DefaultConfig()
 	cfg.ServedModelName = "m"
 	cfg.Faults = faults
-	s, err := sim.StartServer(ctx, cfg)
+	s, err := serve.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +101,11 @@ func TestGatewayOverSimFleetWithFaults(t *testing.T) {
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	healthy1 := startSim(t, ctx, sim.FaultConfig{})
-	healthy2 := startSim(t, ctx, sim.FaultConfig{})
-	errs := startSim(t, ctx, sim.FaultConfig{ErrorRate: 1, ErrorStatus: 503})
-	stall := startSim(t, ctx, sim.FaultConfig{StallFirst: 10 * time.Second})
-	cut := startSim(t, ctx, sim.FaultConfig{CutAfter: 5})
+	healthy1 := startSim(t, ctx, serve.FaultConfig{})
+	healthy2 := startSim(t, ctx, serve.FaultConfig{})
+	errs := startSim(t, ctx, serve.FaultConfig{ErrorRate: 1, ErrorStatus: 503})
+	stall := startSim(t, ctx, serve.FaultConfig{StallFirst: 10 * time.Second})
+	cut := startSim(t, ctx, serve.FaultConfig{CutAfter: 5})
 	cfg := gateway.Config{Policy: "round-robin"}
 	for name, u := range map[string]string{"dead": dead, "ok1": healthy1.URL(), "ok2": healthy2.URL(), "503": errs.URL(), "stall": stall.URL(), "cut": cut.URL()} {
 		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{Name: name, URL: u, Models: []string{"m"}})

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/ttft-dev/ttft/internal/gateway"
-	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 )
 
 // TestSLOPredictiveOnLiveFleet: a live H100 replica and a live A10G replica
@@ -22,12 +22,12 @@ import (
 func TestSLOPredictiveOnLiveFleet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mk := func(gpu string) *sim.Server {
-		cfg := sim.DefaultServerConfig()
+	mk := func(gpu string) *serve.Server {
+		cfg := serve.DefaultConfig()
 		cfg.GPU = gpu
 		cfg.MaxModelLen = 8192
 		cfg.ServedModelName = "m"
-		s, err := sim.StartServer(ctx, cfg)
+		s, err := serve.Start(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

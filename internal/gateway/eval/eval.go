@@ -14,6 +14,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sloclass"
 )
 
 // Replica is one simulated backend.
@@ -50,7 +51,7 @@ type Options struct {
 
 // DefaultOptions is the documented evaluation: two fast and two slow
 // replicas of Llama-3.1-8B (H100 and A10G), a 16-group shared-prefix chat
-// workload and the chat SLO (320 ms P95 TTFT).
+// workload and the chat class's SLO (320 ms P95 TTFT, package sloclass).
 func DefaultOptions() Options {
 	mk := func(gpu string) sim.Config {
 		return sim.Config{Model: "llama-3.1-8b", GPU: gpu, EnablePrefixCaching: true, MaxModelLen: 8192}
@@ -64,7 +65,7 @@ func DefaultOptions() Options {
 		Policies: sched.Policies(),
 		Rates:    []float64{10, 20, 30, 40},
 		Requests: 2000,
-		SLO:      320 * time.Millisecond,
+		SLO:      sloclass.Must(sloclass.Chat).TTFT,
 		Seed:     1,
 	}
 }
@@ -218,7 +219,7 @@ func runOne(opt Options, policy string, rate float64, reqs []request) (Row, erro
 		if ta <= te {
 			now = ta
 			rq := &reqs[next]
-			t, err := s.Pick(&sched.Request{Model: "m", PromptTokens: len(rq.tokens), Blocks: rq.blocks, SLO: opt.SLO, Class: "chat"})
+			t, err := s.Pick(&sched.Request{Model: "m", PromptTokens: len(rq.tokens), Blocks: rq.blocks, SLO: opt.SLO, Class: sloclass.Chat})
 			if err != nil {
 				return Row{}, err
 			}

@@ -27,17 +27,16 @@ type BackendSpec struct {
 
 // Breaker states, in the order exported as a metric value.
 const (
-	BreakerClosed   = 0
-	BreakerHalfOpen = 1
-	BreakerOpen     = 2
+	BreakerClosed   = coolClosed
+	BreakerHalfOpen = coolHalfOpen
+	BreakerOpen     = coolOpen
 )
 
-// SLO tracker states.
+// SLO tracker states, in the order exported as a metric value.
 const (
-	SLOOK       = 0
-	SLODemoted  = 1
-	SLOProbing  = 2
-	demoteAfter = 3
+	SLOOK      = 0
+	SLODemoted = 1
+	SLOProbing = 2
 )
 
 // Backend is one backend's live scheduling state. It is shared by the
@@ -57,30 +56,29 @@ type Backend struct {
 	preds  *predictorSet
 
 	mu sync.Mutex
-	// Circuit breaker (failures of the transport or the backend's 5xx).
-	brState     int
-	brFailures  int
-	brOpenUntil time.Time
-	brCooldown  time.Duration
-	brTrial     bool
-	// SLO tracker (the article's demotion after consecutive violations).
-	sloState    int
-	sloViol     int
-	sloUntil    time.Time
-	sloCooldown time.Duration
-	sloProbe    bool
+	// breaker takes the backend out of rotation after consecutive
+	// failures of the transport or 5xx answers; demotion after consecutive
+	// SLO violations (the article's SLO tracker). Each half-opens for one
+	// trial request (the SLO tracker's probe) after its cooldown.
+	breaker, demotion cooldown
 	// Attainment as an exponentially weighted average, for the sla score.
 	attain float64
 	nSLO   int
 }
 
-// Breaker tuning.
+// Breaker and SLO tracker tuning.
 const (
 	breakerFailures    = 5
 	breakerCooldown    = 2 * time.Second
 	breakerMaxCooldown = 30 * time.Second
+	demoteAfter        = 3
 	demoteCooldown     = 2 * time.Second
 	demoteMaxCooldown  = 30 * time.Second
+)
+
+var (
+	breakerPolicy = cooldownPolicy{threshold: breakerFailures, first: breakerCooldown, most: breakerMaxCooldown}
+	demotePolicy  = cooldownPolicy{threshold: demoteAfter, first: demoteCooldown, most: demoteMaxCooldown}
 )
 
 // NewBackend returns fresh state for spec.
@@ -144,30 +142,20 @@ func (b *Backend) serves(api, model string) bool {
 func (b *Backend) BreakerState(now time.Time) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.breakerStateLocked(now)
-}
-
-func (b *Backend) breakerStateLocked(now time.Time) int {
-	if b.brState == BreakerOpen && !now.Before(b.brOpenUntil) {
-		b.brState = BreakerHalfOpen
-		b.brTrial = false
-	}
-	return b.brState
+	return b.breaker.at(now)
 }
 
 // SLOState returns the SLO tracker's state at now.
 func (b *Backend) SLOState(now time.Time) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.sloStateLocked(now)
-}
-
-func (b *Backend) sloStateLocked(now time.Time) int {
-	if b.sloState == SLODemoted && !now.Before(b.sloUntil) {
-		b.sloState = SLOProbing
-		b.sloProbe = false
+	switch b.demotion.at(now) {
+	case coolOpen:
+		return SLODemoted
+	case coolHalfOpen:
+		return SLOProbing
 	}
-	return b.sloState
+	return SLOOK
 }
 
 // admissible reports whether the breaker lets a request through now (a
@@ -178,13 +166,7 @@ func (b *Backend) admissible(now time.Time) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.breakerStateLocked(now) {
-	case BreakerOpen:
-		return false
-	case BreakerHalfOpen:
-		return !b.brTrial
-	}
-	return true
+	return b.breaker.admits(now)
 }
 
 // sloOK reports whether the SLO tracker currently lets ordinary traffic
@@ -192,45 +174,21 @@ func (b *Backend) admissible(now time.Time) bool {
 func (b *Backend) sloOK(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.sloStateLocked(now) {
-	case SLODemoted:
-		return false
-	case SLOProbing:
-		return !b.sloProbe
-	}
-	return true
+	return b.demotion.admits(now)
 }
 
 // claim marks the trial/probe slots a dispatched request takes.
 func (b *Backend) claim(now time.Time) (trial, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.breakerStateLocked(now) == BreakerHalfOpen && !b.brTrial {
-		b.brTrial, trial = true, true
-	}
-	if b.sloStateLocked(now) == SLOProbing && !b.sloProbe {
-		b.sloProbe, probe = true, true
-	}
-	return trial, probe
+	return b.breaker.claim(now), b.demotion.claim(now)
 }
 
 // reportOutcome feeds the breaker: ok=false is a transport failure or 5xx.
 func (b *Backend) reportOutcome(now time.Time, ok, trial bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := b.breakerStateLocked(now)
-	if ok {
-		b.brFailures = 0
-		if st == BreakerHalfOpen && trial {
-			b.brState, b.brCooldown, b.brTrial = BreakerClosed, 0, false
-		}
-		return
-	}
-	b.brFailures++
-	if (st == BreakerHalfOpen && trial) || (st == BreakerClosed && b.brFailures >= breakerFailures) {
-		b.brCooldown = nextCooldown(b.brCooldown, breakerCooldown, breakerMaxCooldown)
-		b.brState, b.brOpenUntil, b.brTrial = BreakerOpen, now.Add(b.brCooldown), false
-	}
+	b.breaker.report(now, ok, trial, breakerPolicy)
 }
 
 // releaseTrial frees a trial or probe slot whose request ended without a
@@ -239,10 +197,10 @@ func (b *Backend) releaseTrial(trial, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if trial {
-		b.brTrial = false
+		b.breaker.release()
 	}
 	if probe {
-		b.sloProbe = false
+		b.demotion.release()
 	}
 }
 
@@ -256,19 +214,7 @@ func (b *Backend) reportSLO(now time.Time, met, probe bool) {
 	}
 	b.attain += 0.05 * (v - b.attain)
 	b.nSLO++
-	st := b.sloStateLocked(now)
-	if met {
-		b.sloViol = 0
-		if st == SLOProbing && probe {
-			b.sloState, b.sloCooldown, b.sloProbe = SLOOK, 0, false
-		}
-		return
-	}
-	b.sloViol++
-	if (st == SLOProbing && probe) || (st == SLOOK && b.sloViol >= demoteAfter) {
-		b.sloCooldown = nextCooldown(b.sloCooldown, demoteCooldown, demoteMaxCooldown)
-		b.sloState, b.sloUntil, b.sloProbe = SLODemoted, now.Add(b.sloCooldown), false
-	}
+	b.demotion.report(now, met, probe, demotePolicy)
 }
 
 // attainment is the recent SLO attainment (1 before any data).
@@ -276,13 +222,6 @@ func (b *Backend) attainment() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.attain
-}
-
-func nextCooldown(cur, first, maxC time.Duration) time.Duration {
-	if cur == 0 {
-		return first
-	}
-	return min(2*cur, maxC)
 }
 
 func (b *Backend) features(promptTokens, uncached int) Features {

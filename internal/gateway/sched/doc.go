@@ -1,7 +1,37 @@
-// Package sched decides which backend serves an LLM request: filter → score
-// → pick, over live per-backend state (in-flight requests, queued prompt
-// tokens, an approximate prefix-cache index, online TTFT predictors, an SLO
-// tracker and a circuit breaker).
+// Package sched decides which backend serves an LLM request, over live
+// per-backend state (in-flight requests, queued prompt tokens, an
+// approximate prefix-cache index, online TTFT predictors, an SLO tracker
+// and a circuit breaker).
+//
+// A decision runs a profile of plugins, after the Kubernetes Gateway API
+// Inference Extension's scheduler: the backends serving the request's model
+// and API go through the profile's Filters in order, every Scorer rates the
+// survivors (scores in [0, 1]), the scores are summed with the scorers'
+// weights, and the Picker chooses one from the totals and names the
+// decision's reason (or leaves it to an Explainer scorer). Each policy of
+// the gateway is a built-in profile (PolicyProfile):
+//
+//	every policy       exclude → health → capacity → breaker (panic threshold) → slo-demotion filters, then
+//	round-robin        round-robin-picker
+//	random             random-picker
+//	least-outstanding  1×load-scorer → max-score-picker (ties: rotation)
+//	power-of-two       1×load-scorer → two-choices-picker
+//	prefix-affinity    1×prefix-scorer → max-score-picker (ties: least-load)
+//	cache-aware        1×prefix-scorer with its overload guard → max-score-picker (ties: least-load)
+//	slo-predictive     0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker (3% exploration)
+//
+// A ProfileSpec is configuration (plugin types, weights, parameters); a
+// registry of factories (Register, one per plugin type) builds the plugins
+// from their parameters, so an embedder can run its own profile
+// (Options.Profile) or add plugin types. Plugins see the candidates as one
+// slice per call, not one call per candidate, and the Cycle they share is
+// pooled: a decision allocates only its Ticket. Each plugin's duration goes
+// to an Observer (Options.PluginLatency, for a sample of the decisions).
+//
+// The circuit breaker and the SLO tracker's demotion are the same cooldown
+// state machine (closed → open → half-open with one trial), tuned apart.
+// The prefix index is an LRU set from package lru, the same list the
+// simulator's KV cache evicts with; SLO classes come from package sloclass.
 //
 // It deliberately knows nothing about HTTP (it must not import net/http) so
 // that the same decisions can be served by the ttft gateway's reverse proxy,

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/ttft-dev/ttft/internal/lru"
 )
 
 // DefaultBlockBytes is the size of one hashed prompt block: 256 bytes is
@@ -96,29 +98,20 @@ func (h *BlockHasher) Bytes() int { return h.total }
 // capacity in blocks). It is approximate because the engine evicts by its
 // own rules; it only has to be right often enough to steer affinity.
 type PrefixIndex struct {
-	mu       sync.Mutex
-	capacity int
-	slot     map[uint64]int32
-	keys     []uint64
-	prev     []int32
-	next     []int32
-	head     int32 // most recently used; -1 when empty
-	tail     int32 // least recently used
+	mu  sync.Mutex
+	set *lru.Set[uint64]
 }
 
 // NewPrefixIndex returns an index holding at most capacity block hashes.
 func NewPrefixIndex(capacity int) *PrefixIndex {
-	if capacity < 1 {
-		capacity = 1
-	}
-	return &PrefixIndex{capacity: capacity, slot: make(map[uint64]int32, capacity), head: -1, tail: -1}
+	return &PrefixIndex{set: lru.NewSet[uint64](capacity)}
 }
 
 // Len is the number of blocks held.
 func (p *PrefixIndex) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.slot)
+	return p.set.Len()
 }
 
 // Match returns how many leading blocks of hashes are in the index. It does
@@ -136,7 +129,7 @@ func (p *PrefixIndex) Match(hashes []uint64) int {
 	lo, hi := 0, len(hashes)
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if _, ok := p.slot[hashes[mid-1]]; ok {
+		if p.set.Contains(hashes[mid-1]) {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -152,7 +145,7 @@ func (p *PrefixIndex) Insert(hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := len(hashes) - 1; i >= 0; i-- {
-		p.touch(hashes[i])
+		p.set.Touch(hashes[i])
 	}
 }
 
@@ -160,56 +153,5 @@ func (p *PrefixIndex) Insert(hashes []uint64) {
 func (p *PrefixIndex) Clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	clear(p.slot)
-	p.keys, p.prev, p.next = p.keys[:0], p.prev[:0], p.next[:0]
-	p.head, p.tail = -1, -1
-}
-
-func (p *PrefixIndex) touch(h uint64) {
-	if s, ok := p.slot[h]; ok {
-		p.unlink(s)
-		p.pushFront(s)
-		return
-	}
-	var s int32
-	if len(p.keys) < p.capacity {
-		s = int32(len(p.keys))
-		p.keys = append(p.keys, h)
-		p.prev = append(p.prev, -1)
-		p.next = append(p.next, -1)
-	} else {
-		s = p.tail
-		p.unlink(s)
-		delete(p.slot, p.keys[s])
-		p.keys[s] = h
-	}
-	p.slot[h] = s
-	p.pushFront(s)
-}
-
-func (p *PrefixIndex) unlink(s int32) {
-	pv, nx := p.prev[s], p.next[s]
-	if pv >= 0 {
-		p.next[pv] = nx
-	} else {
-		p.head = nx
-	}
-	if nx >= 0 {
-		p.prev[nx] = pv
-	} else {
-		p.tail = pv
-	}
-	p.prev[s], p.next[s] = -1, -1
-}
-
-func (p *PrefixIndex) pushFront(s int32) {
-	p.prev[s] = -1
-	p.next[s] = p.head
-	if p.head >= 0 {
-		p.prev[p.head] = s
-	}
-	p.head = s
-	if p.tail < 0 {
-		p.tail = s
-	}
+	p.set.Clear()
 }

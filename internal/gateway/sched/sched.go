@@ -5,27 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// Policy names.
-const (
-	RoundRobin       = "round-robin"
-	Random           = "random"
-	LeastOutstanding = "least-outstanding"
-	PowerOfTwo       = "power-of-two"
-	PrefixAffinity   = "prefix-affinity"
-	CacheAware       = "cache-aware"
-	SLOPredictive    = "slo-predictive"
-)
-
-// Policies lists every policy name.
-func Policies() []string {
-	return []string{RoundRobin, Random, LeastOutstanding, PowerOfTwo, PrefixAffinity, CacheAware, SLOPredictive}
-}
 
 // Decision reasons (a bounded set: they are metric label values).
 const (
@@ -47,12 +30,6 @@ var (
 	ErrUnavailable = errors.New("no backend available (all unhealthy, open or at capacity)")
 )
 
-// SLA-weighted scorer weights (article §4.3).
-const (
-	slaWeightCompliance = 0.6
-	slaWeightLatency    = 0.4
-)
-
 // Request is what the scheduler knows about one request.
 type Request struct {
 	// API is "openai" or "anthropic"; Model the requested model.
@@ -71,7 +48,23 @@ type Request struct {
 
 // Options configure a Scheduler.
 type Options struct {
+	// Policy names a built-in profile (PolicyProfile; default
+	// slo-predictive).
 	Policy string
+	// Profile, when not nil, is run instead of Policy's: a custom list of
+	// plugins (its Name is then the policy label).
+	Profile *ProfileSpec
+	// PluginLatency, when not nil, gives the observer of each plugin's
+	// duration per decision, by kind (KindFilter, KindScorer,
+	// KindPicker) and plugin type; it is asked once per plugin when the
+	// scheduler is built. The gateway passes the children of its
+	// ttft_gateway_scheduler_plugin_duration_seconds histogram.
+	PluginLatency func(kind, plugin string) Observer
+	// PluginLatencyEvery times one decision in this many, at random (0 =
+	// DefaultPluginLatencyEvery; 1 = every decision): timing each plugin
+	// of every decision makes decisions measurably slower
+	// (BenchmarkPickPluginTiming).
+	PluginLatencyEvery int
 	// Now is the clock (time.Now when nil); an offline evaluation passes a
 	// virtual one.
 	Now func() time.Time
@@ -79,7 +72,8 @@ type Options struct {
 	Seed uint64
 	// Explore is the share of SLO-predictive decisions that pick a random
 	// backend predicted to meet the SLO, so that every backend's estimate
-	// stays fresh (default 0.03; negative disables).
+	// stays fresh (default 0.03; negative disables): the slo-picker's
+	// explore parameter.
 	Explore float64
 	// BlockTokens is the token estimate of one hashed block (default
 	// DefaultBlockBytes/4).
@@ -91,49 +85,84 @@ type Options struct {
 	// threshold: a burst of failures (many of them the requests' own)
 	// must not take a whole fleet out of rotation and answer 503 to
 	// requests that would have succeeded. Default 0.5; negative disables.
+	// It is the breaker-filter's panic_threshold parameter.
 	PanicThreshold float64
 }
 
-// Scheduler picks backends. It is safe for concurrent use; backends can be
-// swapped (config reload) while requests are in flight on the old ones.
+// defaults fills in the defaults of unset options.
+func (o *Options) defaults() {
+	if o.Policy == "" {
+		o.Policy = SLOPredictive
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	if o.Explore == 0 {
+		o.Explore = DefaultExplore
+	}
+	if o.PanicThreshold == 0 {
+		o.PanicThreshold = DefaultPanicThreshold
+	}
+	if o.BlockTokens <= 0 {
+		o.BlockTokens = DefaultBlockBytes / 4
+	}
+	if o.PluginLatencyEvery <= 0 {
+		o.PluginLatencyEvery = DefaultPluginLatencyEvery
+	}
+}
+
+// DefaultPluginLatencyEvery is the default of Options.PluginLatencyEvery.
+const DefaultPluginLatencyEvery = 16
+
+// Scheduler picks backends by running its profile's plugins: filters,
+// then weighted scorers, then a picker. It is safe for concurrent use;
+// backends can be swapped (config reload) while requests are in flight on
+// the old ones.
 type Scheduler struct {
 	opts     Options
+	profile  *profile
 	backends atomic.Pointer[[]*Backend]
-	rr       atomic.Uint64
+	cycles   sync.Pool // *Cycle
 	mu       sync.Mutex
 	rng      *rand.Rand
 }
 
-// New returns a scheduler running the named policy.
+// New returns a scheduler running the named policy's profile, or
+// opts.Profile.
 func New(opts Options, backends []*Backend) (*Scheduler, error) {
-	if opts.Policy == "" {
-		opts.Policy = SLOPredictive
+	opts.defaults()
+	var spec ProfileSpec
+	if opts.Profile != nil {
+		spec = *opts.Profile
+		opts.Policy = spec.Name
+	} else {
+		var err error
+		if spec, err = PolicyProfile(opts.Policy, opts); err != nil {
+			return nil, err
+		}
 	}
-	if !slices.Contains(Policies(), opts.Policy) {
-		return nil, fmt.Errorf("unknown policy %q (want one of %s)", opts.Policy, strings.Join(Policies(), ", "))
+	p, err := buildProfile(spec, opts.PluginLatency, opts.PluginLatencyEvery)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Seed == 0 {
-		opts.Seed = uint64(time.Now().UnixNano())
-	}
-	if opts.Explore == 0 {
-		opts.Explore = 0.03
-	}
-	if opts.PanicThreshold == 0 {
-		opts.PanicThreshold = 0.5
-	}
-	if opts.BlockTokens <= 0 {
-		opts.BlockTokens = DefaultBlockBytes / 4
-	}
-	s := &Scheduler{opts: opts, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5851F42D4C957F2D))}
+	s := &Scheduler{opts: opts, profile: p, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x5851F42D4C957F2D))}
+	s.cycles.New = func() any { return &Cycle{s: s, cands: make([]Candidate, 0, 32)} }
 	s.SetBackends(backends)
 	return s, nil
 }
 
-// Policy is the policy name.
+// Policy is the policy (profile) name.
 func (s *Scheduler) Policy() string { return s.opts.Policy }
+
+// Profile returns the profile the scheduler runs.
+func (s *Scheduler) Profile() ProfileSpec { return s.profile.spec }
+
+// Describe is the profile's plugins in one line: "exclude-filter → … →
+// 0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker".
+func (s *Scheduler) Describe() string { return s.profile.describe() }
 
 // SetBackends replaces the backend set atomically. Requests in flight keep
 // their *Backend; callers reuse the *Backend of an unchanged backend so its
@@ -145,18 +174,6 @@ func (s *Scheduler) SetBackends(bs []*Backend) {
 
 // Backends returns the current backend set (do not modify).
 func (s *Scheduler) Backends() []*Backend { return *s.backends.Load() }
-
-// candidate is one backend that passed the filters, with what scoring learnt.
-type candidate struct {
-	b        *Backend
-	brOK     bool // the breaker admits it
-	sloOK    bool
-	matched  int // leading prefix blocks in the index
-	uncached int
-	feat     Features
-	pred     Prediction
-	score    float64
-}
 
 // Ticket is one dispatched request. Call FirstToken when the first token
 // reaches the gateway (streams only) and End exactly once when it finishes.
@@ -198,87 +215,35 @@ func (s *Scheduler) intn(n int) int {
 func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	now := s.opts.Now()
 	all := *s.backends.Load()
-	var buf [32]candidate
-	cands := buf[:0]
-	serves := false
-	// The panic threshold is a property of the fleet, not of this
-	// request's retries: backends it excluded count too.
-	total, avail := 0, 0
+	cy := s.cycles.Get().(*Cycle)
+	defer s.putCycle(cy)
+	cy.req, cy.now = req, now
+	cands := cy.cands[:0]
 	for _, b := range all {
-		if !b.serves(req.API, req.Model) {
-			continue
+		if b.serves(req.API, req.Model) {
+			cands = append(cands, Candidate{b: b, scope: int32(len(cy.scope))})
+			cy.scope = append(cy.scope, b)
 		}
-		total++
-		brOK := b.admissible(now)
-		if brOK {
-			avail++
-		}
-		if slices.Contains(req.Exclude, b.Spec.Name) {
-			continue
-		}
-		serves = true
-		if !b.Healthy() {
-			continue
-		}
-		if mc := b.Spec.MaxConcurrency; mc > 0 && b.inFlight.Load() >= int64(mc) {
-			continue
-		}
-		cands = append(cands, candidate{b: b, brOK: brOK, sloOK: b.sloOK(now)})
 	}
-	if pt := s.opts.PanicThreshold; pt <= 0 || float64(avail) >= pt*float64(total) {
-		n := 0
-		for i := range cands {
-			if cands[i].brOK {
-				cands[n] = cands[i]
-				n++
+	cy.cands = cands[:0] // keep what append grew
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("model %q: %w", req.Model, ErrNoBackend)
+	}
+	cands, i, reason := s.profile.run(cy, cands)
+	if len(cands) == 0 {
+		for _, b := range cy.scope {
+			if !slices.Contains(req.Exclude, b.Spec.Name) {
+				return nil, fmt.Errorf("model %q: %w", req.Model, ErrUnavailable)
 			}
 		}
-		cands = cands[:n]
-	}
-	if len(cands) == 0 {
-		if !serves {
-			return nil, fmt.Errorf("model %q: %w", req.Model, ErrNoBackend)
-		}
-		return nil, fmt.Errorf("model %q: %w", req.Model, ErrUnavailable)
-	}
-	// SLO demotion: leave demoted backends out unless nothing else is left.
-	// A half-open backend with its probe slot free is "ok" and gets the
-	// request as its probe when picked.
-	ok := 0
-	for i := range cands {
-		if cands[i].sloOK {
-			cands[ok] = cands[i]
-			ok++
-		}
-	}
-	if ok > 0 {
-		cands = cands[:ok]
-	}
-
-	var i int
-	reason := ""
-	switch s.opts.Policy {
-	case RoundRobin:
-		i, reason = s.pickRoundRobin(cands), ReasonRotation
-	case Random:
-		i, reason = s.pickRandom(cands), ReasonRandom
-	case LeastOutstanding:
-		i, reason = s.pickLeast(cands), ReasonLeastLoad
-	case PowerOfTwo:
-		i, reason = s.pickP2C(cands), ReasonLeastLoad
-	case PrefixAffinity:
-		i, reason = s.pickPrefix(req, cands, false)
-	case CacheAware:
-		i, reason = s.pickPrefix(req, cands, true)
-	case SLOPredictive:
-		i, reason = s.pickPredictive(req, cands)
+		// Every backend serving the model was tried already.
+		return nil, fmt.Errorf("model %q: %w", req.Model, ErrNoBackend)
 	}
 	c := &cands[i]
-	if s.opts.Policy != SLOPredictive {
-		// Predict for the chosen backend under every policy, so predictor
-		// error and the SLO tracker see all traffic.
-		s.match(req, c)
-		s.predict(req, c)
+	// Predict for the chosen backend under every policy, so predictor
+	// error and the SLO tracker see all traffic.
+	if !c.predDone {
+		cy.predict(c)
 	}
 	t := &Ticket{
 		Backend:    c.b,
@@ -307,168 +272,12 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	return t, nil
 }
 
-func (s *Scheduler) match(req *Request, c *candidate) {
-	c.matched = c.b.prefix.Match(req.Blocks)
-	c.uncached = max(req.PromptTokens-c.matched*s.opts.BlockTokens, 0)
-}
-
-func (s *Scheduler) predict(req *Request, c *candidate) {
-	c.feat = c.b.features(req.PromptTokens, c.uncached)
-	c.pred = c.b.preds.predict(c.feat)
-}
-
-func load(b *Backend) float64 { return float64(b.inFlight.Load()) / b.Spec.Weight }
-
-func (s *Scheduler) pickRoundRobin(cands []candidate) int {
-	total := 0
-	for _, c := range cands {
-		total += max(int(c.b.Spec.Weight+0.5), 1)
-	}
-	k := int((s.rr.Add(1) - 1) % uint64(total))
-	for i, c := range cands {
-		k -= max(int(c.b.Spec.Weight+0.5), 1)
-		if k < 0 {
-			return i
-		}
-	}
-	return len(cands) - 1
-}
-
-func (s *Scheduler) pickRandom(cands []candidate) int {
-	total := 0.0
-	for _, c := range cands {
-		total += c.b.Spec.Weight
-	}
-	x := s.float() * total
-	for i, c := range cands {
-		x -= c.b.Spec.Weight
-		if x < 0 {
-			return i
-		}
-	}
-	return len(cands) - 1
-}
-
-// pickLeast returns the least loaded candidate, starting the scan at a
-// rotating offset so that ties spread instead of piling on the first.
-func (s *Scheduler) pickLeast(cands []candidate) int {
-	off := int(s.rr.Add(1) % uint64(len(cands)))
-	best := -1
-	for k := range cands {
-		i := (off + k) % len(cands)
-		if best < 0 || load(cands[i].b) < load(cands[best].b) {
-			best = i
-		}
-	}
-	return best
-}
-
-func (s *Scheduler) pickP2C(cands []candidate) int {
-	if len(cands) == 1 {
-		return 0
-	}
-	a := s.intn(len(cands))
-	b := s.intn(len(cands) - 1)
-	if b >= a {
-		b++
-	}
-	if load(cands[b].b) < load(cands[a].b) {
-		return b
-	}
-	return a
-}
-
-// pickPrefix sends a request where most of its prefix is cached. With
-// loadAware (cache-aware), a backend much busier than the least busy one is
-// not eligible for affinity: a warm cache does not help behind a long queue.
-func (s *Scheduler) pickPrefix(req *Request, cands []candidate, loadAware bool) (int, string) {
-	minLoad := -1.0
-	for i := range cands {
-		s.match(req, &cands[i])
-		if l := load(cands[i].b); minLoad < 0 || l < minLoad {
-			minLoad = l
-		}
-	}
-	off := int(s.rr.Add(1) % uint64(len(cands)))
-	best, overloaded := -1, false
-	for k := range cands {
-		i := (off + k) % len(cands)
-		c := &cands[i]
-		if loadAware && c.matched > 0 && load(c.b) > 1.5*minLoad+2 {
-			overloaded = true
-			continue
-		}
-		if best < 0 || c.matched > cands[best].matched ||
-			(c.matched == cands[best].matched && load(c.b) < load(cands[best].b)) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return s.pickLeast(cands), ReasonOverloaded
-	}
-	switch {
-	case cands[best].matched > 0:
-		return best, ReasonPrefixHit
-	case overloaded:
-		return best, ReasonOverloaded
-	}
-	return best, ReasonPrefixMiss
-}
-
-// pickPredictive scores every candidate with the sla-weighted scorer:
-// 0.6·compliance + 0.4·(1/latency score), where compliance is the backend's
-// recent SLO attainment times the predicted probability of meeting this
-// request's SLO, and the latency score is the predicted mean relative to the
-// best candidate's (so its inverse is 1 for the fastest).
-func (s *Scheduler) pickPredictive(req *Request, cands []candidate) (int, string) {
-	minMean := time.Duration(-1)
-	for i := range cands {
-		c := &cands[i]
-		s.match(req, c)
-		s.predict(req, c)
-		if minMean < 0 || c.pred.Mean < minMean {
-			minMean = c.pred.Mean
-		}
-	}
-	best := 0
-	meets := 0
-	for i := range cands {
-		c := &cands[i]
-		p := meetProbability(c.pred, req.SLO)
-		if !c.pred.Ready {
-			// Optimism under uncertainty: an unmeasured backend is tried,
-			// which is how it gets measured.
-			p = 1
-		}
-		if p >= 0.95 {
-			meets++
-		}
-		inv := 1.0
-		if c.pred.Mean > 0 {
-			inv = float64(max(minMean, time.Microsecond)) / float64(c.pred.Mean)
-		}
-		c.score = slaWeightCompliance*c.b.attainment()*p + slaWeightLatency*inv
-		if c.score > cands[best].score {
-			best = i
-		}
-	}
-	if meets == 0 {
-		return best, ReasonNoHeadroom
-	}
-	if s.opts.Explore > 0 && len(cands) > 1 && s.float() < s.opts.Explore {
-		// Explore only among backends predicted to meet the SLO, so that
-		// keeping estimates fresh costs no violations.
-		k := s.intn(meets)
-		for i := range cands {
-			if !cands[i].pred.Ready || meetProbability(cands[i].pred, req.SLO) >= 0.95 {
-				if k == 0 {
-					return i, ReasonExplore
-				}
-				k--
-			}
-		}
-	}
-	return best, ReasonHeadroom
+// putCycle returns cy to the pool, dropping its references.
+func (s *Scheduler) putCycle(cy *Cycle) {
+	clear(cy.scope)
+	cy.scope = cy.scope[:0]
+	cy.req = nil
+	s.cycles.Put(cy)
 }
 
 // meetProbability maps a (mean, P95) prediction to a probability of TTFT ≤

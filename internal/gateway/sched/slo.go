@@ -1,33 +1,21 @@
 package sched
 
 import (
-	"fmt"
-	"strings"
 	"time"
+
+	"github.com/ttft-dev/ttft/internal/sloclass"
 )
 
-// ClassSLO returns the P95 TTFT target of a named SLO class. The three classes
-// and their targets (code 120 ms, chat 320 ms, summary 650 ms) are ttft's
-// defaults for interactive code completion, chat, and long-document summaries.
+// ClassSLO returns the P95 TTFT target of a named SLO class (case
+// ignored). The classes and their targets (code 120 ms, chat 320 ms,
+// summary 650 ms) are defined once, in package sloclass.
 func ClassSLO(class string) (time.Duration, bool) {
-	switch strings.ToLower(class) {
-	case "code":
-		return 120 * time.Millisecond, true
-	case "chat":
-		return 320 * time.Millisecond, true
-	case "summary":
-		return 650 * time.Millisecond, true
-	}
-	return 0, false
+	c, ok := sloclass.Lookup(class)
+	return c.TTFT, ok
 }
 
 // Classes lists the known SLO class names, for help texts and validation.
-func Classes() []string { return []string{"code", "chat", "summary"} }
+func Classes() []string { return sloclass.Names() }
 
-// ParseClass validates a class name.
-func ParseClass(class string) (string, error) {
-	if _, ok := ClassSLO(class); !ok {
-		return "", fmt.Errorf("unknown SLO class %q (want one of %s)", class, strings.Join(Classes(), ", "))
-	}
-	return strings.ToLower(class), nil
-}
+// ParseClass validates a class name and returns it in lower case.
+func ParseClass(class string) (string, error) { return sloclass.Parse(class) }

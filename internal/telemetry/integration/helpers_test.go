@@ -21,7 +21,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/bench"
 	"github.com/ttft-dev/ttft/internal/gateway"
 	"github.com/ttft-dev/ttft/internal/record"
-	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 	"github.com/ttft-dev/ttft/internal/wire"
 	"github.com/ttft-dev/ttft/internal/workload"
 
@@ -41,11 +41,11 @@ func freeAddr(t *testing.T) string {
 }
 
 // startSim starts one simulated vLLM replica on a loopback port.
-func startSim(t *testing.T, ctx context.Context) *sim.Server {
+func startSim(t *testing.T, ctx context.Context) *serve.Server {
 	t.Helper()
-	cfg := sim.DefaultServerConfig()
+	cfg := serve.DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	s, err := sim.StartServer(ctx, cfg)
+	s, err := serve.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("starting the simulator: %v", err)
 	}

@@ -1,4 +1,4 @@
-package sim
+package serve
 
 import (
 	"bufio"
@@ -13,15 +13,17 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/ttft-dev/ttft/internal/sim"
 )
 
-func startTest(t *testing.T, mut func(*ServerConfig)) *Server {
+func startTest(t *testing.T, mut func(*Config)) *Server {
 	t.Helper()
-	cfg := DefaultServerConfig()
+	cfg := DefaultConfig()
 	if mut != nil {
 		mut(&cfg)
 	}
-	s, err := StartServer(context.Background(), cfg)
+	s, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func TestServerChatStreamShape(t *testing.T) {
 }
 
 func TestServerCompletionsNonStreamAndModels(t *testing.T) {
-	s := startTest(t, func(c *ServerConfig) { c.ServedModelName = "sim-8b" })
+	s := startTest(t, func(c *Config) { c.ServedModelName = "sim-8b" })
 	resp, err := http.Post(s.URL()+"/v1/completions", "application/json", strings.NewReader(`{"model":"sim-8b","prompt":"Once upon a time","max_tokens":4}`))
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +189,7 @@ func TestServerCompletionsNonStreamAndModels(t *testing.T) {
 }
 
 func TestServerRejectsLongPrompt(t *testing.T) {
-	s := startTest(t, func(c *ServerConfig) { c.MaxModelLen = 64 })
+	s := startTest(t, func(c *Config) { c.MaxModelLen = 64 })
 	long := strings.Repeat("word ", 100)
 	res := postStream(t, s.URL(), "/v1/chat/completions", `{"model":"llama-3.1-8b","messages":[{"role":"user","content":"`+long+`"}],"stream":true}`, nil)
 	if res.status != 400 || !strings.Contains(res.body, "maximum context length is 64") {
@@ -272,8 +274,8 @@ func TestServerMetricsParse(t *testing.T) {
 }
 
 func TestServerSpeculativeChunks(t *testing.T) {
-	s := startTest(t, func(c *ServerConfig) {
-		c.Speculative = SpecConfig{NumSpeculativeTokens: 3, Acceptance: 0.8}
+	s := startTest(t, func(c *Config) {
+		c.Speculative = sim.SpecConfig{NumSpeculativeTokens: 3, Acceptance: 0.8}
 	})
 	body := `{"model":"llama-3.1-8b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":20,"stream_options":{"include_usage":true}}`
 	res := postStream(t, s.URL(), "/v1/chat/completions", body, nil)

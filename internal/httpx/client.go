@@ -1,4 +1,4 @@
-package gateway
+package httpx
 
 import (
 	"bufio"
@@ -17,7 +17,8 @@ import (
 	"time"
 )
 
-// h1Client is the gateway's HTTP/1.1 client for plain-http backends.
+// Client is an HTTP/1.1 client for plain-http servers whose I/O runs on
+// the caller's goroutine.
 //
 // Why not http.Transport: the Transport gives every connection a read loop
 // and a write loop goroutine, so one request is handed from the caller to
@@ -25,15 +26,15 @@ import (
 // the connection back to the read loop at the end of the body — four
 // goroutine hand-offs, each a futex wake-up of another thread when both
 // CPUs are busy, which on a virtual machine (where a cross-CPU wake-up is a
-// VM exit) costs more than the routing itself. Here the handler's own
+// VM exit) costs more than the request's own work. Here the caller's
 // goroutine writes the request (one write system call), parses the
 // response with http.ReadResponse and reads the body, and puts the
 // connection back in an idle pool when the body ended cleanly.
 //
-// TLS backends (https) keep using http.Transport.
-type h1Client struct {
+// It speaks plain HTTP/1.1 only: TLS (https) stays with http.Transport.
+type Client struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
-	maxIdle     int // idle connections kept per backend address
+	maxIdle     int // idle connections kept per address
 	idleTimeout time.Duration
 
 	mu     sync.Mutex
@@ -49,13 +50,35 @@ type h1Conn struct {
 	idleAt time.Time
 }
 
-func newH1Client(d *net.Dialer, maxIdle int, idleTimeout time.Duration) *h1Client {
-	return &h1Client{dial: d.DialContext, maxIdle: maxIdle, idleTimeout: idleTimeout, idle: map[string][]*h1Conn{}}
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// Dial opens connections (nil: a net.Dialer with a 5 s timeout and 30 s
+	// keep-alives).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxIdlePerHost is the most idle connections kept per address (0: 2,
+	// as http.Transport keeps).
+	MaxIdlePerHost int
+	// IdleTimeout is how long an idle connection is kept (0: 90 s).
+	IdleTimeout time.Duration
+}
+
+// NewClient returns a Client; Close releases its idle connections.
+func NewClient(o ClientOptions) *Client {
+	if o.Dial == nil {
+		o.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	if o.MaxIdlePerHost <= 0 {
+		o.MaxIdlePerHost = http.DefaultMaxIdleConnsPerHost
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 90 * time.Second
+	}
+	return &Client{dial: o.Dial, maxIdle: o.MaxIdlePerHost, idleTimeout: o.IdleTimeout, idle: map[string][]*h1Conn{}}
 }
 
 // get takes the most recently used idle connection to addr (warm in every
 // cache), dropping expired ones.
-func (c *h1Client) get(addr string, now time.Time) *h1Conn {
+func (c *Client) get(addr string, now time.Time) *h1Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.idle[addr]
@@ -74,7 +97,7 @@ func (c *h1Client) get(addr string, now time.Time) *h1Conn {
 }
 
 // put returns a connection whose response was read to its end.
-func (c *h1Client) put(pc *h1Conn) {
+func (c *Client) put(pc *h1Conn) {
 	pc.idleAt = time.Now()
 	c.mu.Lock()
 	if c.closed || len(c.idle[pc.addr]) >= c.maxIdle {
@@ -86,13 +109,16 @@ func (c *h1Client) put(pc *h1Conn) {
 	c.mu.Unlock()
 }
 
-// dropIdle closes the idle connections to addr. A connection error on one
-// of them (or a health-check transition) means the backend closed or
-// restarted: every connection it had open is as dead as the one that failed,
-// and trying them one by one would hand each failure to a client and to the
-// circuit breaker (a restarted backend stayed unusable until the pool's idle
+// DropIdle closes the idle connections to host (a URL's host, with or
+// without a port: 80 by default). A connection error on one of them (or a
+// health check that found the server down or back up) means the server
+// closed or restarted: every connection it had open is as dead as the one
+// that failed, and trying them one by one would hand each failure to a
+// caller (a restarted server stayed unusable until the pool's idle
 // timeout, 90 s).
-func (c *h1Client) dropIdle(addr string) {
+func (c *Client) DropIdle(host string) { c.dropIdle(hostPort(host)) }
+
+func (c *Client) dropIdle(addr string) {
 	c.mu.Lock()
 	l := c.idle[addr]
 	delete(c.idle, addr)
@@ -102,15 +128,15 @@ func (c *h1Client) dropIdle(addr string) {
 	}
 }
 
-// idleCount is the number of idle connections pooled for addr.
-func (c *h1Client) idleCount(addr string) int {
+// IdleCount is the number of idle connections pooled for host.
+func (c *Client) IdleCount(host string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.idle[addr])
+	return len(c.idle[hostPort(host)])
 }
 
-// close closes the idle connections and stops pooling.
-func (c *h1Client) close() {
+// Close closes the idle connections and stops pooling.
+func (c *Client) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -122,7 +148,7 @@ func (c *h1Client) close() {
 	}
 }
 
-// hostPort is the dial address of a backend URL's host.
+// hostPort is the dial address of a URL's host.
 func hostPort(host string) string {
 	if _, _, err := net.SplitHostPort(host); err == nil {
 		return host
@@ -130,13 +156,15 @@ func hostPort(host string) string {
 	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
 }
 
-// roundTrip sends req with exactly body (req.Body is not read) and returns
-// the response; its Body must be closed. A request that fails on a reused
-// idle connection before any response byte (the backend closed it while
-// idle, or restarted) is sent once more on a newly dialled connection, as
-// http.Transport does for requests it knows were not processed: not on
-// another pooled one, which is likely just as stale.
-func (c *h1Client) roundTrip(req *http.Request, body []byte) (*http.Response, error) {
+// RoundTrip sends req with exactly body (req.Body is not read) and returns
+// the response; its Body must be closed. The request's context cancels it
+// (blocked I/O included), and an httptrace.ClientTrace in it hears
+// WroteRequest. A request that fails on a reused idle connection before
+// any response byte (the server closed it while idle, or restarted) is
+// sent once more on a newly dialled connection, as http.Transport does for
+// requests it knows were not processed: not on another pooled one, which
+// is likely just as stale.
+func (c *Client) RoundTrip(req *http.Request, body []byte) (*http.Response, error) {
 	ctx := req.Context()
 	addr := hostPort(req.URL.Host)
 	pc := c.get(addr, time.Now())
@@ -170,7 +198,7 @@ func (c *h1Client) roundTrip(req *http.Request, body []byte) (*http.Response, er
 	}
 }
 
-// staleConnErr reports errors that a backend's closing of an idle
+// staleConnErr reports errors that a server's closing of an idle
 // keep-alive connection produces before any response byte.
 func staleConnErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
@@ -179,20 +207,20 @@ func staleConnErr(err error) bool {
 // aLongTimeAgo is a deadline in the past: setting it unblocks pending I/O.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (c *h1Client) exchange(ctx context.Context, pc *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
-	// Cancellation (client gone, first-token timeout) interrupts blocked
+func (c *Client) exchange(ctx context.Context, pc *h1Conn, req *http.Request, body []byte) (*http.Response, error) {
+	// Cancellation (the caller's client gone, a timeout) interrupts blocked
 	// I/O on the connection, which is then closed, never reused.
 	stop := context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
 	if err := writeRequest(pc.bw, req, body); err != nil {
 		stop()
 		return nil, fmt.Errorf("writing request to %s: %w", pc.addr, err)
 	}
-	// As http.Transport does: the caller may ask whether the backend got
+	// As http.Transport does: the caller may ask whether the server got
 	// the whole request (a timeout after that is not a connect failure).
 	if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.WroteRequest != nil {
 		tr.WroteRequest(httptrace.WroteRequestInfo{})
 	}
-	// Wait for the first byte apart, so that a connection the backend
+	// Wait for the first byte apart, so that a connection the server
 	// closed while idle (EOF or reset before any byte) is told from a
 	// response cut short.
 	if _, err := pc.br.Peek(1); err != nil {
@@ -234,8 +262,8 @@ func writeRequest(w *bufio.Writer, req *http.Request, body []byte) error {
 			continue
 		}
 		for _, v := range vs {
-			// Values the gateway adds (a backend key from the
-			// environment) are checked as the Transport would.
+			// Values the caller adds (a key from the environment, say)
+			// are checked as the Transport would.
 			if strings.ContainsAny(v, "\r\n\x00") {
 				return fmt.Errorf("header %s: value contains a line break or NUL", k)
 			}
@@ -258,7 +286,7 @@ func writeRequest(w *bufio.Writer, req *http.Request, body []byte) error {
 // is never called: for an unfinished response it would drain the rest of
 // the stream, which for a stalled or endless one never ends.
 type h1Body struct {
-	c      *h1Client
+	c      *Client
 	pc     *h1Conn
 	body   io.ReadCloser
 	stop   func() bool
@@ -277,7 +305,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.eof = true
 	} else if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		// The backend died mid-answer (not our own cancellation, which
+		// The server died mid-answer (not our own cancellation, which
 		// poisons the deadline): its idle connections died with it.
 		b.c.dropIdle(b.pc.addr)
 	}
@@ -291,7 +319,7 @@ func (b *h1Body) Close() error {
 	b.closed = true
 	// stop reports false when cancellation already poisoned the
 	// connection's deadline; bytes left buffered past the end of the
-	// response mean the backend does not speak HTTP/1.1 as we think.
+	// response mean the server does not speak HTTP/1.1 as we think.
 	if b.stop() && b.eof && b.reuse && b.pc.br.Buffered() == 0 {
 		b.c.put(b.pc)
 		return nil

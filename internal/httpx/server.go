@@ -1,4 +1,4 @@
-package gateway
+package httpx
 
 import (
 	"bufio"
@@ -21,9 +21,9 @@ import (
 	"time"
 )
 
-// h1Server is the gateway's HTTP/1.1 server: one goroutine per client
-// connection that reads a request, runs the handler on the same goroutine
-// and writes the response, with no other goroutine per request.
+// Server is an HTTP/1.1 server with one goroutine per client connection
+// that reads a request, runs the handler on the same goroutine and writes
+// the response, with no other goroutine per request.
 //
 // Why not net/http.Server: for each request it starts a goroutine that
 // reads the connection in the background (to notice a client that goes
@@ -32,9 +32,9 @@ import (
 // its own; and it re-arms the socket's deadlines per request. On a
 // two-vCPU virtual machine each goroutine start or hand-off wakes another
 // thread (a futex call, and a VM exit when the other vCPU sleeps), and the
-// first of them lies on the path to the backend, ahead of the request's
-// TTFT. Profiles of the gateway at 2,000 req/s put these at a quarter of its
-// CPU (docs/performance.md).
+// first of them lies on the request's path, ahead of anything its handler
+// does. Profiles of ttft's gateway at 2,000 req/s put these at a quarter of
+// its CPU (docs/performance.md).
 //
 // What it does instead:
 //   - Timeouts (idle keep-alive, request head and body, a stalled write,
@@ -42,8 +42,8 @@ import (
 //     atomics and enforced by one sweeper goroutine per server, which closes
 //     the connection of a request that overstays. No per-request timer or
 //     deadline system call.
-//   - A client that disconnects while its request waits for a backend is
-//     found by the same sweeper, with a non-blocking MSG_PEEK on the sockets
+//   - A client that disconnects while its handler waits (for a backend,
+//     say) is found by the same sweeper, with a non-blocking MSG_PEEK on the sockets
 //     of requests that have written nothing for a sweep; its request's
 //     context is then cancelled (as net/http's background read does).
 //   - Responses are framed by the server: headers and the first body bytes
@@ -54,9 +54,9 @@ import (
 // bodies, Expect: 100-continue), refuses ambiguous framing (Content-Length
 // with Transfer-Encoding, differing Content-Lengths, header folding,
 // whitespace before a colon) and answers malformed requests with 400, 431
-// or 501 before closing. HTTP/2 and TLS are not offered. net/http.Server
-// stays available (Options.HTTPServer = "net/http").
-type h1Server struct {
+// or 501 before closing. HTTP/2 and TLS are not offered. For net/http.Server
+// with the same framing checks, see ServeStd.
+type Server struct {
 	handler http.Handler
 	log     *slog.Logger
 	base    context.Context
@@ -65,6 +65,7 @@ type h1Server struct {
 	headerTimeout time.Duration // from a request's first byte until its body is read
 	writeTimeout  time.Duration // a single write to the client blocked this long ends the connection
 	maxHeader     int           // request line plus header bytes
+	grace         time.Duration // for requests in flight at shutdown
 	sweepEvery    time.Duration
 
 	mu       sync.Mutex
@@ -88,7 +89,7 @@ const (
 )
 
 type srvConn struct {
-	s      *h1Server
+	s      *Server
 	nc     net.Conn
 	raw    syscall.RawConn // nil when the connection is not a socket
 	br     *bufio.Reader
@@ -126,20 +127,60 @@ var (
 	errShutdown     = errors.New("server shutting down")
 )
 
-func newH1Server(h http.Handler, lim Limits, log *slog.Logger, base context.Context) *h1Server {
-	s := &h1Server{
-		handler: h, log: log, base: base,
-		idleTimeout:   120 * time.Second,
-		headerTimeout: lim.HeaderTimeout.Std(),
-		writeTimeout:  lim.IdleStreamTimeout.Std(),
-		maxHeader:     64 << 10,
+// ServerOptions configure Server and ServeStd. Zero values take the
+// defaults given with each field.
+type ServerOptions struct {
+	// HeaderTimeout bounds reading a request: from its first byte until
+	// its body is read (default 10 s; ServeStd: the head only).
+	HeaderTimeout time.Duration
+	// WriteTimeout ends the connection of a write to the client blocked
+	// this long (default 60 s; Server only: with ServeStd, handlers set
+	// write deadlines themselves).
+	WriteTimeout time.Duration
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection (default 120 s).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request line and headers (default 64 KiB).
+	MaxHeaderBytes int
+	// ShutdownGrace is how long requests in flight may still run once the
+	// server's context ends (default 30 s).
+	ShutdownGrace time.Duration
+	// Logger hears of failed accepts and handler panics (nil: discarded).
+	Logger *slog.Logger
+}
+
+func (o *ServerOptions) defaults() {
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = 10 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 60 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// NewServer returns a Server for h; Serve runs it.
+func NewServer(h http.Handler, o ServerOptions) *Server {
+	o.defaults()
+	s := &Server{
+		handler: h, log: o.Logger, base: context.Background(),
+		idleTimeout:   o.IdleTimeout,
+		headerTimeout: o.HeaderTimeout,
+		writeTimeout:  o.WriteTimeout,
+		maxHeader:     o.MaxHeaderBytes,
+		grace:         o.ShutdownGrace,
 		conns:         map[*srvConn]struct{}{},
-	}
-	if s.headerTimeout <= 0 {
-		s.headerTimeout = 10 * time.Second
-	}
-	if s.writeTimeout <= 0 {
-		s.writeTimeout = 60 * time.Second
 	}
 	// A tenth of the shortest timeout, so a timeout fires at most 10% late.
 	s.sweepEvery = min(max(min(s.headerTimeout, s.writeTimeout)/10, 5*time.Millisecond), 250*time.Millisecond)
@@ -148,9 +189,13 @@ func newH1Server(h http.Handler, lim Limits, log *slog.Logger, base context.Cont
 	return s
 }
 
-// serve accepts connections on ln until ctx ends, then lets requests in
-// flight finish (up to grace) before closing what is left.
-func (s *h1Server) serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+// Serve accepts connections on ln until ctx ends, then lets requests in
+// flight finish (up to ServerOptions.ShutdownGrace) before closing what is
+// left. Requests' contexts carry ctx's values, not its cancellation. A
+// Server serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.base = context.WithoutCancel(ctx)
+	grace := s.grace
 	sweepDone := make(chan struct{})
 	stopSweep := make(chan struct{})
 	go func() { defer close(sweepDone); s.sweep(stopSweep) }()
@@ -167,7 +212,7 @@ func (s *h1Server) serve(ctx context.Context, ln net.Listener, grace time.Durati
 					// Out of file descriptors and the like: back off as
 					// net/http does rather than spin or give up.
 					delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-					s.log.Warn("gateway: accept failed; retrying", "err", err, "retry_in", delay)
+					s.log.Warn("http server: accept failed; retrying", "err", err, "retry_in", delay)
 					time.Sleep(delay)
 					continue
 				}
@@ -210,11 +255,11 @@ func (s *h1Server) serve(ctx context.Context, ln net.Listener, grace time.Durati
 	return nil
 }
 
-func (s *h1Server) closingErr(err error) bool {
+func (s *Server) closingErr(err error) bool {
 	return s.closing.Load() || errors.Is(err, net.ErrClosed)
 }
 
-func (s *h1Server) newConn(nc net.Conn) *srvConn {
+func (s *Server) newConn(nc net.Conn) *srvConn {
 	c := &srvConn{s: s, nc: nc}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -238,13 +283,13 @@ func (s *h1Server) newConn(nc net.Conn) *srvConn {
 	return c
 }
 
-func (s *h1Server) forget(c *srvConn) {
+func (s *Server) forget(c *srvConn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 }
 
-func (s *h1Server) closeIdle() {
+func (s *Server) closeIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -254,7 +299,7 @@ func (s *h1Server) closeIdle() {
 	}
 }
 
-func (s *h1Server) closeAll(cause error) {
+func (s *Server) closeAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -264,7 +309,7 @@ func (s *h1Server) closeAll(cause error) {
 
 // sweep enforces every connection's timeouts and looks for clients that
 // went away while their requests wait.
-func (s *h1Server) sweep(stop <-chan struct{}) {
+func (s *Server) sweep(stop <-chan struct{}) {
 	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
 	var peek []*srvConn
@@ -288,8 +333,8 @@ func (s *h1Server) sweep(stop <-chan struct{}) {
 				}
 			case c.writeStart.Load() != 0 && (expired(c.writeDeadline.Load(), now) || now-c.writeStart.Load() > int64(s.writeTimeout)):
 				// Deadlines bound writes in progress, as socket
-				// deadlines do; a handler waiting for its backend is not
-				// writing.
+				// deadlines do; a handler waiting (for a backend, say)
+				// is not writing.
 				c.abort(errWriteTimeout)
 			case c.raw != nil && c.phase.Load() == phaseActive && !c.reading.Load() && c.bodyRead.Load() && c.lastWrite.Load() < quiet:
 				peek = append(peek, c)
@@ -350,7 +395,7 @@ func (c *srvConn) Read(p []byte) (int, error) {
 
 // streamSendBuffer is the socket send buffer of a connection that streams
 // (the kernel doubles it for its bookkeeping): small enough that a client
-// that stops reading blocks the gateway's writes after a few KiB, which
+// that stops reading blocks the server's writes after a few KiB, which
 // the sweeper then times out; ample for token streams (32 KiB per
 // round trip: 320 KiB/s at 100 ms).
 const streamSendBuffer = 16 << 10
@@ -360,8 +405,8 @@ const streamSendBuffer = 16 << 10
 // has room, and Linux grows that buffer up to tcp_wmem's maximum (4 MiB,
 // and on loopback it starts at megabytes): without a bound, a client that
 // stops reading a stream of less than that never blocks a write, so the
-// write timeout never sees it, and the stream (and its backend) runs to
-// its end for nobody.
+// write timeout never sees it, and the stream (and whatever produces it)
+// runs to its end for nobody.
 func (c *srvConn) boundSendBuffer() {
 	c.sndbufBound = true
 	if tc, ok := c.nc.(*net.TCPConn); ok {
@@ -387,7 +432,7 @@ func (c *srvConn) serve() {
 	defer func() {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
-				s.log.Error("gateway: handler panic; connection closed", "panic", fmt.Sprint(p), "remote", c.remote)
+				s.log.Error("http server: handler panic; connection closed", "panic", fmt.Sprint(p), "remote", c.remote)
 			}
 		} else if c.linger && !c.aborted.Load() {
 			c.lingerClose()
@@ -436,6 +481,20 @@ type httpError struct {
 }
 
 func (e *httpError) Error() string { return e.msg }
+
+// BodyFinisher is the ResponseWriter of a Server: FinishBody ends the
+// response before the handler returns (see srvResponse.FinishBody).
+type BodyFinisher interface{ FinishBody() error }
+
+// MalformedRequest reports whether err, from reading r's body, is the
+// client's mistake rather than a connection that failed: a body whose
+// framing a Server found malformed, or any error on a connection that
+// ServeStd found ambiguously or wrongly framed (its response then needs
+// "Connection: close"). The handler should answer 400.
+func MalformedRequest(r *http.Request, err error) bool {
+	var he *httpError
+	return errors.As(err, &he) || framingBroken(r)
+}
 
 func badRequest(format string, a ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
@@ -1180,8 +1239,8 @@ func (w *srvResponse) FlushError() error {
 func (w *srvResponse) Flush() { w.FlushError() }
 
 // FinishBody ends the response now: held bytes, the chunked terminator and
-// all go out in one write. Later writes fail. The gateway calls it when its
-// backend's last bytes and end arrive together, saving the client a
+// all go out in one write. Later writes fail. A proxy calls it when its
+// upstream's last bytes and end arrive together, saving the client a
 // wake-up for the terminator alone.
 func (w *srvResponse) FinishBody() error {
 	w.finish()
@@ -1231,7 +1290,7 @@ func unixNanoOrZero(t time.Time) int64 {
 }
 
 // dateHeader is the Date line, formatted once a second.
-func (s *h1Server) dateHeader() []byte {
+func (s *Server) dateHeader() []byte {
 	now := time.Now()
 	sec := now.Unix()
 	if d := s.date.Load(); d != nil && d.sec == sec {

@@ -1,6 +1,6 @@
 //go:build race
 
-package sim
+package serve
 
 // raceDetector is true under -race, whose slowdown changes the timing that
 // some live tests are about.

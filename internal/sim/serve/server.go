@@ -1,4 +1,4 @@
-package sim
+package serve
 
 import (
 	"context"
@@ -18,12 +18,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
-// ServerConfig is one live replica: a deployment plus serving options.
-type ServerConfig struct {
-	Config `yaml:",inline"`
+// Config is one live replica: a deployment plus serving options. Its YAML
+// form (the deployment's fields inline) is a fleet file's entry.
+type Config struct {
+	sim.Config `yaml:",inline"`
 	// Addr is host:port to listen on; default 127.0.0.1:0.
 	Addr string `yaml:"addr,omitempty"`
 	// ServedModelName is the model id clients use (default: the catalog name).
@@ -41,16 +43,16 @@ type ServerConfig struct {
 	// Count replicates this entry in a fleet file.
 	Count int `yaml:"count,omitempty"`
 
-	Catalog   *Catalog           `yaml:"-"`
+	Catalog   *sim.Catalog       `yaml:"-"`
 	Tokenizer workload.Tokenizer `yaml:"-"`
 }
 
-// DefaultServerConfig is a small, fast deployment: Llama-3.1-8B on one
-// H100 SXM with vLLM's defaults and prefix caching, giving TTFTs of tens
-// of milliseconds. It is the built-in target of "ttft bench".
-func DefaultServerConfig() ServerConfig {
-	return ServerConfig{
-		Config: Config{
+// DefaultConfig is a small, fast deployment: Llama-3.1-8B on one H100 SXM
+// with vLLM's defaults and prefix caching, giving TTFTs of tens of
+// milliseconds. It is the built-in target of "ttft bench".
+func DefaultConfig() Config {
+	return Config{
+		Config: sim.Config{
 			Model:               "llama-3.1-8b",
 			GPU:                 "h100-sxm",
 			TensorParallelSize:  1,
@@ -65,17 +67,17 @@ func DefaultServerConfig() ServerConfig {
 
 // Server is a live simulated replica speaking the OpenAI API.
 type Server struct {
-	cfg     ServerConfig
-	d       *Deployment
+	cfg     Config
+	d       *sim.Deployment
 	name    string
 	tok     workload.Tokenizer
-	words   *wordTokens // tok's IDs of the output words
+	words   *sim.OutputTokens // tok's IDs of the output words
 	ln      net.Listener
 	srv     *http.Server
 	url     string
 	origin  time.Time
 	in      chan *liveReq
-	aborts  chan *Seq
+	aborts  chan *sim.Seq
 	metrics *serverMetrics
 	ids     atomic.Uint64
 	lag     lagHist
@@ -92,15 +94,15 @@ type Server struct {
 }
 
 type liveReq struct {
-	seq   *Seq
+	seq   *sim.Seq
 	ready time.Duration
 	st    *stream
 }
 
-// StartServer resolves cfg, listens on cfg.Addr and serves until Close or
-// ctx ends.
-func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
-	d, err := Resolve(cfg.Catalog, cfg.Config)
+// Start resolves cfg, listens on cfg.Addr and serves until Close or ctx
+// ends.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	d, err := sim.Resolve(cfg.Catalog, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -122,20 +124,17 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		name = d.Model.Name
 	}
 	tok := cfg.Tokenizer
-	var words *wordTokens
 	if tok == nil {
 		tok = workload.DefaultTokenizer()
-		words = defaultWordTokens()
-	} else {
-		words = newWordTokens(tok)
 	}
+	words := sim.NewOutputTokens(cfg.Tokenizer) // nil: the default's, shared
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Server{
 		cfg: cfg, d: d, name: name, tok: tok, words: words, ln: ln,
 		url:      "http://" + ln.Addr().String(),
 		origin:   time.Now(),
 		in:       make(chan *liveReq, 4096),
-		aborts:   make(chan *Seq, 4096),
+		aborts:   make(chan *sim.Seq, 4096),
 		metrics:  newServerMetrics(name, "0"),
 		faultRng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661756c74)),
 		cancel:   cancel,
@@ -162,7 +161,7 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 func (s *Server) URL() string { return s.url }
 
 // Deployment is the resolved configuration being simulated.
-func (s *Server) Deployment() *Deployment { return s.d }
+func (s *Server) Deployment() *sim.Deployment { return s.d }
 
 // ModelName is the id clients must send.
 func (s *Server) ModelName() string { return s.name }
@@ -184,137 +183,164 @@ func (s *Server) ready() bool { return s.since() >= s.cfg.StartupDelay }
 
 // ---- engine goroutine ----
 
+// engineLoop is the engine goroutine's state: the engine, the requests
+// handed over but not yet due (their API delay still running), and the
+// step in progress.
+type engineLoop struct {
+	s     *Server
+	ctx   context.Context
+	eng   *sim.Engine
+	q     []*liveReq // admission FIFO (ready times non-decreasing)
+	timer *time.Timer
+	// busy: a step is in progress, ending at stepEnd with emits.
+	busy             bool
+	stepEnd, lastEnd time.Duration
+	emits            []sim.Emit // valid until the next step
+}
+
 // loop owns the engine. It runs the same Step as the offline runner; only
 // the clock differs: it sleeps until each step's scheduled end, then hands
 // the step's tokens to the streams with that scheduled time.
 func (s *Server) loop(ctx context.Context) {
 	defer close(s.done)
-	eng := NewEngine(s.d)
-	var q []*liveReq // admission FIFO (ready times non-decreasing)
-	busy := false
-	var stepEnd, lastEnd time.Duration
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	// take keeps q ordered by ready time: the API delay grows with the
-	// requests in flight, so a later arrival can be ready earlier.
-	take := func(r *liveReq) {
-		i := len(q)
-		for i > 0 && q[i-1].ready > r.ready {
-			i--
-		}
-		q = slices.Insert(q, i, r)
+	l := &engineLoop{s: s, ctx: ctx, eng: sim.NewEngine(s.d), timer: time.NewTimer(time.Hour)}
+	defer l.timer.Stop()
+	for l.next() {
 	}
-	drain := func() {
-		for {
-			select {
-			case r := <-s.in:
-				take(r)
-			case a := <-s.aborts:
-				eng.Abort(a)
-			default:
-				return
-			}
-		}
+}
+
+// next does one turn of the loop: finish the step in progress, start the
+// next due request's, or wait for work; false once the server stops.
+func (l *engineLoop) next() bool {
+	if l.ctx.Err() != nil {
+		return false
 	}
-	// waitUntil sleeps until engine time t, still accepting arrivals.
-	waitUntil := func(t time.Duration) bool {
-		for {
-			d := t - s.since()
-			if d <= 0 {
-				return true
-			}
-			if d > s.cfg.SpinWindow || s.cfg.SpinWindow < 0 {
-				sleep := d
-				if s.cfg.SpinWindow > 0 {
-					sleep = d - s.cfg.SpinWindow
-				}
-				timer.Reset(sleep)
-				select {
-				case <-timer.C:
-				case r := <-s.in:
-					if !timer.Stop() {
-						<-timer.C
-					}
-					take(r)
-				case a := <-s.aborts:
-					if !timer.Stop() {
-						<-timer.C
-					}
-					eng.Abort(a)
-				case <-ctx.Done():
-					return false
-				}
-				continue
-			}
-			drain()
-			runtime.Gosched()
+	l.drain()
+	if l.busy {
+		if !l.waitUntil(l.stepEnd) {
+			return false
 		}
-	}
-	admit := func(upTo time.Duration) {
-		i := 0
-		for ; i < len(q) && q[i].ready <= upTo; i++ {
-			eng.Add(q[i].seq, q[i].ready)
+		l.drain()
+		l.s.deliver(l.emits, l.stepEnd)
+		l.busy, l.lastEnd = false, l.stepEnd
+		l.admit(l.lastEnd)
+		l.s.metrics.update(l.eng)
+		if l.eng.HasWork() {
+			l.step(l.lastEnd)
 		}
-		if i > 0 {
-			n := copy(q, q[i:])
-			clear(q[n:])
-			q = q[:n]
+		return true
+	}
+	if len(l.q) > 0 {
+		r := max(l.q[0].ready, l.lastEnd)
+		if !l.waitUntil(r) {
+			return false
 		}
+		l.drain()
+		l.admit(r)
+		l.step(r)
+		return true
 	}
-	step := func(at time.Duration) {
-		res := eng.Step(at)
-		busy, stepEnd = true, res.End
+	if l.eng.HasWork() { // only aborted leftovers
+		l.step(max(l.s.since(), l.lastEnd))
+		return true
 	}
+	select {
+	case r := <-l.s.in:
+		l.take(r)
+	case a := <-l.s.aborts:
+		l.eng.Abort(a)
+	case <-l.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// take keeps q ordered by ready time: the API delay grows with the
+// requests in flight, so a later arrival can be ready earlier.
+func (l *engineLoop) take(r *liveReq) {
+	i := len(l.q)
+	for i > 0 && l.q[i-1].ready > r.ready {
+		i--
+	}
+	l.q = slices.Insert(l.q, i, r)
+}
+
+// drain takes every arrival and abort already handed over.
+func (l *engineLoop) drain() {
 	for {
-		if ctx.Err() != nil {
-			return
-		}
-		drain()
-		if busy {
-			if !waitUntil(stepEnd) {
-				return
-			}
-			drain()
-			s.deliver(eng, stepEnd)
-			busy, lastEnd = false, stepEnd
-			admit(lastEnd)
-			s.metrics.update(eng)
-			if eng.HasWork() {
-				step(lastEnd)
-			}
-			continue
-		}
-		if len(q) > 0 {
-			r := max(q[0].ready, lastEnd)
-			if !waitUntil(r) {
-				return
-			}
-			drain()
-			admit(r)
-			step(r)
-			continue
-		}
-		if eng.HasWork() { // only aborted leftovers
-			step(max(s.since(), lastEnd))
-			continue
-		}
 		select {
-		case r := <-s.in:
-			take(r)
-		case a := <-s.aborts:
-			eng.Abort(a)
-		case <-ctx.Done():
+		case r := <-l.s.in:
+			l.take(r)
+		case a := <-l.s.aborts:
+			l.eng.Abort(a)
+		default:
 			return
 		}
 	}
 }
 
+// waitUntil sleeps until engine time t, still accepting arrivals; false if
+// the server stopped meanwhile.
+func (l *engineLoop) waitUntil(t time.Duration) bool {
+	spin := l.s.cfg.SpinWindow
+	for {
+		d := t - l.s.since()
+		if d <= 0 {
+			return true
+		}
+		if d > spin || spin < 0 {
+			sleep := d
+			if spin > 0 {
+				sleep = d - spin
+			}
+			l.timer.Reset(sleep)
+			select {
+			case <-l.timer.C:
+			case r := <-l.s.in:
+				if !l.timer.Stop() {
+					<-l.timer.C
+				}
+				l.take(r)
+			case a := <-l.s.aborts:
+				if !l.timer.Stop() {
+					<-l.timer.C
+				}
+				l.eng.Abort(a)
+			case <-l.ctx.Done():
+				return false
+			}
+			continue
+		}
+		l.drain()
+		runtime.Gosched()
+	}
+}
+
+// admit hands the engine every queued request ready by upTo.
+func (l *engineLoop) admit(upTo time.Duration) {
+	i := 0
+	for ; i < len(l.q) && l.q[i].ready <= upTo; i++ {
+		l.eng.Add(l.q[i].seq, l.q[i].ready)
+	}
+	if i > 0 {
+		n := copy(l.q, l.q[i:])
+		clear(l.q[n:])
+		l.q = l.q[:n]
+	}
+}
+
+// step starts an engine step at engine time at.
+func (l *engineLoop) step(at time.Duration) {
+	res := l.eng.Step(at)
+	l.busy, l.stepEnd, l.emits = true, res.End, res.Emits
+}
+
 // deliver hands a finished step's tokens to their streams and records
 // vLLM's per-request histograms on the engine's schedule.
-func (s *Server) deliver(eng *Engine, end time.Duration) {
+func (s *Server) deliver(emits []sim.Emit, end time.Duration) {
 	at := s.origin.Add(end)
 	m := s.metrics
-	for _, em := range eng.emits {
+	for _, em := range emits {
 		st := em.Seq.Tag.(*stream)
 		sq := em.Seq
 		if em.First {
@@ -400,8 +426,6 @@ type oaMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-// text extracts a message's text: a string, or an array of parts whose
-// "text" fields are joined.
 // chatBase is the prompt's tokens as a next turn carries them, followed by
 // the "\n" that joins the messages: the newline can merge with the prompt's
 // last piece ("?\n" is one cl100k token), so only a short tail is
@@ -418,6 +442,8 @@ func (s *Server) chatBase(text string, ids []int) []int {
 	return s.tok.Encode(text + "\n")
 }
 
+// text extracts a message's text: a string, or an array of parts whose
+// "text" fields are joined.
 func (m oaMessage) text() (string, error) {
 	if len(m.Content) == 0 || string(m.Content) == "null" {
 		return "", nil
@@ -468,7 +494,7 @@ func (s *Server) modelMatches(name string) bool {
 	if name == "" || strings.EqualFold(name, s.name) {
 		return true
 	}
-	return normName(name) == normName(s.d.Model.Name)
+	return sim.SameModelName(name, s.d.Model.Name)
 }
 
 // pickFault decides whether this request fails outright.
@@ -498,6 +524,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// handleGenerate serves /v1/chat/completions (chat) and /v1/completions.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 	received := s.since()
 	others := int(s.inflight.Add(1) - 1)
@@ -512,90 +539,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "reading the request body: "+err.Error())
+	req, seq, refused := s.readRequest(r, chat)
+	if refused != nil {
+		writeError(w, refused.status, refused.typ, refused.msg)
 		return
-	}
-	var req oaRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
-		return
-	}
-	if !s.modelMatches(req.Model) {
-		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
-		return
-	}
-	if req.N > 1 {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "the simulator serves n=1 only")
-		return
-	}
-	var text string
-	var ids []int
-	if chat {
-		if len(req.Messages) == 0 {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "messages must not be empty")
-			return
-		}
-		parts := make([]string, len(req.Messages))
-		for i, m := range req.Messages {
-			if parts[i], err = m.text(); err != nil {
-				writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("messages[%d]: %v", i, err))
-				return
-			}
-		}
-		text = strings.Join(parts, "\n")
-	} else {
-		if err := json.Unmarshal(req.Prompt, &text); err != nil {
-			var list []string
-			if err2 := json.Unmarshal(req.Prompt, &list); err2 == nil && len(list) == 1 {
-				text = list[0]
-			} else if err3 := json.Unmarshal(req.Prompt, &ids); err3 != nil || len(ids) == 0 {
-				writeError(w, http.StatusBadRequest, "BadRequestError", "prompt must be a string, a one-element list of strings, or a list of token ids")
-				return
-			}
-		}
-	}
-	if ids == nil {
-		ids = s.tok.Encode(text)
-	}
-	if len(ids) == 0 {
-		ids = []int{0} // an empty prompt still costs the BOS token
-	}
-	maxTok := s.cfg.DefaultMaxTokens
-	explicit := false
-	for _, p := range []*int{req.MaxCompletionTokens, req.MaxTokens} {
-		if p != nil {
-			if *p < 1 {
-				writeError(w, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
-				return
-			}
-			maxTok, explicit = *p, true
-			break
-		}
-	}
-	if req.MinTokens > maxTok {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("min_tokens (%d) must be less than or equal to max_tokens (%d)", req.MinTokens, maxTok))
-		return
-	}
-	if explicit && len(ids)+maxTok > s.d.MaxModelLen && len(ids) < s.d.MaxModelLen {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", s.d.MaxModelLen, len(ids)+maxTok, len(ids), maxTok))
-		return
-	}
-	seq, err := NewSeq(s.d, s.ids.Add(1), len(ids), maxTok, ids)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
-		return
-	}
-	if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
-		// The reply's blocks are hashed as the next turn's prompt will
-		// carry them: a chat prompt joins messages with "\n", so the reply
-		// follows this prompt and a newline; a completion's continues it.
-		base := ids
-		if chat {
-			base = s.chatBase(text, ids)
-		}
-		seq.setChain(base, nil, s.words, s.d.BlockSize)
 	}
 	if s.pickFault(faults) {
 		status := faults.ErrorStatus
@@ -630,6 +577,115 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	}
 }
 
+// apiError is a request refused before it reaches the engine, answered
+// with an OpenAI-style error body.
+type apiError struct {
+	status   int
+	typ, msg string
+}
+
+func badRequest(msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: "BadRequestError", msg: msg}
+}
+
+// readRequest reads and checks a generate request's body and makes its
+// engine sequence, refusing what vLLM refuses.
+func (s *Server) readRequest(r *http.Request, chat bool) (*oaRequest, *sim.Seq, *apiError) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		return nil, nil, badRequest("reading the request body: " + err.Error())
+	}
+	req := new(oaRequest)
+	if err := json.Unmarshal(body, req); err != nil {
+		return nil, nil, badRequest("invalid JSON body: " + err.Error())
+	}
+	if !s.modelMatches(req.Model) {
+		return nil, nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	}
+	if req.N > 1 {
+		return nil, nil, badRequest("the simulator serves n=1 only")
+	}
+	text, ids, refused := s.prompt(req, chat)
+	if refused != nil {
+		return nil, nil, refused
+	}
+	maxTok, refused := s.outputLimit(req, len(ids))
+	if refused != nil {
+		return nil, nil, refused
+	}
+	seq, err := sim.NewSeq(s.d, s.ids.Add(1), len(ids), maxTok, ids)
+	if err != nil {
+		return nil, nil, badRequest(err.Error())
+	}
+	if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
+		// The reply's blocks are hashed as the next turn's prompt will
+		// carry them: a chat prompt joins messages with "\n", so the reply
+		// follows this prompt and a newline; a completion's continues it.
+		base := ids
+		if chat {
+			base = s.chatBase(text, ids)
+		}
+		seq.ChainOutput(s.d, base, s.words)
+	}
+	return req, seq, nil
+}
+
+// prompt is a request's prompt text (a chat's message contents joined by
+// "\n") and its token IDs (a completion may send the IDs themselves).
+func (s *Server) prompt(req *oaRequest, chat bool) (text string, ids []int, refused *apiError) {
+	if chat {
+		if len(req.Messages) == 0 {
+			return "", nil, badRequest("messages must not be empty")
+		}
+		parts := make([]string, len(req.Messages))
+		for i, m := range req.Messages {
+			var err error
+			if parts[i], err = m.text(); err != nil {
+				return "", nil, badRequest(fmt.Sprintf("messages[%d]: %v", i, err))
+			}
+		}
+		text = strings.Join(parts, "\n")
+	} else if err := json.Unmarshal(req.Prompt, &text); err != nil {
+		var list []string
+		if err2 := json.Unmarshal(req.Prompt, &list); err2 == nil && len(list) == 1 {
+			text = list[0]
+		} else if err3 := json.Unmarshal(req.Prompt, &ids); err3 != nil || len(ids) == 0 {
+			return "", nil, badRequest("prompt must be a string, a one-element list of strings, or a list of token ids")
+		}
+	}
+	if ids == nil {
+		ids = s.tok.Encode(text)
+	}
+	if len(ids) == 0 {
+		ids = []int{0} // an empty prompt still costs the BOS token
+	}
+	return text, ids, nil
+}
+
+// outputLimit is a request's output length (max_completion_tokens, else
+// max_tokens, else the server's default), checked against min_tokens and,
+// when the client set it, against the context left after promptLen tokens.
+func (s *Server) outputLimit(req *oaRequest, promptLen int) (int, *apiError) {
+	maxTok := s.cfg.DefaultMaxTokens
+	explicit := false
+	for _, p := range []*int{req.MaxCompletionTokens, req.MaxTokens} {
+		if p != nil {
+			if *p < 1 {
+				return 0, badRequest("max_tokens must be at least 1")
+			}
+			maxTok, explicit = *p, true
+			break
+		}
+	}
+	if req.MinTokens > maxTok {
+		return 0, badRequest(fmt.Sprintf("min_tokens (%d) must be less than or equal to max_tokens (%d)", req.MinTokens, maxTok))
+	}
+	if explicit && promptLen+maxTok > s.d.MaxModelLen && promptLen < s.d.MaxModelLen {
+		return 0, badRequest(fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", s.d.MaxModelLen, promptLen+maxTok, promptLen, maxTok))
+	}
+	return maxTok, nil
+}
+
 // responder writes one request's answer.
 type responder struct {
 	s       *Server
@@ -638,7 +694,7 @@ type responder struct {
 	usage   bool
 	id      string
 	created int64
-	seq     *Seq
+	seq     *sim.Seq
 	faults  FaultConfig
 	prefix  []byte // chunk JSON up to the text
 	buf     []byte
@@ -755,7 +811,7 @@ func (o *responder) stream(ctx context.Context, st *stream) {
 				// Speculative decoding: the step's tokens share one chunk.
 				var sb strings.Builder
 				for j := ev.out - ev.n; j < ev.out; j++ {
-					sb.WriteString(wordFor(o.seq.ID, j))
+					sb.WriteString(sim.OutputWord(o.seq.ID, j))
 				}
 				reason := ""
 				if ev.finished {
@@ -768,7 +824,7 @@ func (o *responder) stream(ctx context.Context, st *stream) {
 					if ev.finished && i == ev.out-1 {
 						reason = ev.reason
 					}
-					b = o.appendChunk(b, wordFor(o.seq.ID, i), false, reason)
+					b = o.appendChunk(b, sim.OutputWord(o.seq.ID, i), false, reason)
 				}
 			}
 			prev := sent
@@ -889,7 +945,7 @@ func (o *responder) whole(ctx context.Context, st *stream) {
 		if c := o.faults.CutAfter; c > 0 {
 			panic(http.ErrAbortHandler)
 		}
-		text := outputText(o.seq.ID, ev.out)
+		text := sim.OutputText(o.seq.ID, ev.out)
 		var choice map[string]any
 		obj := "text_completion"
 		if o.chat {

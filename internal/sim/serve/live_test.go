@@ -1,4 +1,4 @@
-package sim
+package serve
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/stats"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
@@ -57,8 +58,8 @@ func streamTTFT(ctx context.Context, url, model, content string, maxTokens int) 
 // TTFT up to HTTP and OS-scheduling noise. Tolerance: the medians agree
 // within 5 ms + 10%.
 func TestLiveMatchesOffline(t *testing.T) {
-	cfg := ServerConfig{Config: Config{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4, MaxModelLen: 8192}}
-	s, err := StartServer(context.Background(), cfg)
+	cfg := Config{Config: sim.Config{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 4, MaxModelLen: 8192}}
+	s, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,8 @@ func TestLiveMatchesOffline(t *testing.T) {
 	d := s.Deployment()
 	offline := func(conc, count int) []float64 {
 		var ttfts []float64
-		_, err := Run(ctx, d, &fixedSource{n: count, prompt: prompt, out: out}, RunOptions{Concurrency: conc}, func(r *record.Record) error {
+		src := &sim.LengthSource{PromptTokens: prompt, MaxTokens: out, MinTokens: out, Requests: count}
+		_, err := sim.Run(ctx, d, src, sim.RunOptions{Concurrency: conc}, func(r *record.Record) error {
 			ttfts = append(ttfts, r.TTFTMs)
 			return nil
 		})
@@ -145,7 +147,7 @@ func TestLiveMatchesOffline(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		src.reqs = append(src.reqs, &workload.Request{PromptTokens: prompt, MaxTokens: out, HasAt: true, At: 50 * time.Millisecond})
 	}
-	if _, err := Run(ctx, d, src, RunOptions{Rate: 1}, func(r *record.Record) error {
+	if _, err := sim.Run(ctx, d, src, sim.RunOptions{Rate: 1}, func(r *record.Record) error {
 		if r.MaxTokens == out {
 			burstOff = append(burstOff, r.TTFTMs)
 		}
@@ -180,9 +182,9 @@ func median(xs []float64) float64 {
 // server and returns its emission-lag statistics and the content chunks
 // each stream received.
 func streamMany(tb testing.TB, n int) (LagStats, []int) {
-	cfg := DefaultServerConfig()
+	cfg := DefaultConfig()
 	cfg.MaxNumSeqs = max(256, n)
-	s, err := StartServer(context.Background(), cfg)
+	s, err := Start(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -244,7 +246,7 @@ func TestManyStreams(t *testing.T) {
 // BenchmarkEmissionLag reports how late tokens leave versus the engine's
 // schedule with 2000 concurrent streams (client and server in one process):
 //
-//	go test ./internal/sim -run '^$' -bench EmissionLag -benchtime 1x
+//	go test ./internal/sim/serve -run '^$' -bench EmissionLag -benchtime 1x
 func BenchmarkEmissionLag(b *testing.B) {
 	streams := 2000
 	if v, err := strconv.Atoi(os.Getenv("TTFT_SIM_STREAMS")); err == nil && v > 0 {
@@ -269,13 +271,13 @@ func TestLiveAPIContention(t *testing.T) {
 	if raceDetector {
 		t.Skip("timing test: under -race the four requests no longer arrive together")
 	}
-	cat := DefaultCatalog()
+	cat := sim.DefaultCatalog()
 	p, err := cat.Engine("vllm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.APIOverheadMs, p.APIInflightMs = 0, 40
-	s, err := StartServer(context.Background(), ServerConfig{Catalog: cat, Config: Config{Model: "qwen2.5-0.5b", GPU: "h100-sxm", MaxModelLen: 4096}})
+	s, err := Start(context.Background(), Config{Catalog: cat, Config: sim.Config{Model: "qwen2.5-0.5b", GPU: "h100-sxm", MaxModelLen: 4096}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +319,7 @@ func TestLiveAPIContention(t *testing.T) {
 // is when it began minus the instant, as the simulator measures its own. A simulator emitting a step's
 // tokens to n streams cannot do better on the same machine:
 //
-//	TTFT_SIM_STREAMS=1000 go test ./internal/sim -run '^$' -bench BurstWriteFloor -benchtime 1x
+//	TTFT_SIM_STREAMS=1000 go test ./internal/sim/serve -run '^$' -bench BurstWriteFloor -benchtime 1x
 func BenchmarkBurstWriteFloor(b *testing.B) {
 	streams := 2000
 	if v, err := strconv.Atoi(os.Getenv("TTFT_SIM_STREAMS")); err == nil && v > 0 {

@@ -1,19 +1,4 @@
-package gateway
-
-// OpenAI ⇄ Anthropic translation, so that the gateway can serve a client of
-// one API from a backend speaking the other (an Anthropic client on vLLM,
-// an OpenAI client on Claude). Everything here is pure: bytes in, bytes out.
-//
-// Scope: text conversations, with reasoning ("thinking") in answers. Tool
-// calling, images, documents and log probabilities are not translated: their
-// request fields are refused with an error naming the field, so the client
-// learns at once instead of getting an answer that silently ignored them.
-// (Tool translation needs argument-streaming state on both sides and is left
-// for later.)
-//
-// Translation only runs when a request crosses APIs, so it favours clarity
-// (encoding/json, typed structs) over the byte-level speed of the
-// same-API path.
+package translate
 
 import (
 	"bytes"
@@ -31,8 +16,9 @@ import (
 	"github.com/ttft-dev/ttft/internal/wire"
 )
 
-// API names as the gateway uses them.
-const apiOpenAI, apiAnthropic = "openai", "anthropic"
+// The two APIs translated between: OpenAI chat completions and Anthropic
+// messages (OpenAI completions have no Anthropic equivalent).
+const apiOpenAI, apiAnthropic = wire.OpenAIChat, wire.Anthropic
 
 // defaultAnthropicMaxTokens is sent when an OpenAI request sets no output
 // limit: the Messages API requires max_tokens, and OpenAI's default is "as
@@ -40,8 +26,8 @@ const apiOpenAI, apiAnthropic = "openai", "anthropic"
 // runaway answer hold a slot for the whole context.
 const defaultAnthropicMaxTokens = 4096
 
-func checkAPIs(from, to string) error {
-	for _, a := range [2]string{from, to} {
+func checkAPIs(from, to wire.API) error {
+	for _, a := range [2]wire.API{from, to} {
 		if a != apiOpenAI && a != apiAnthropic {
 			return fmt.Errorf("unknown API %q (want %q or %q)", a, apiOpenAI, apiAnthropic)
 		}
@@ -49,15 +35,16 @@ func checkAPIs(from, to string) error {
 	return nil
 }
 
-// translateRequest converts a chat request body from one API to the other
-// (from != to; both "openai" or "anthropic"). It returns the new body, or an
+// Request converts a chat request body from one API to the other
+// (wire.OpenAIChat or wire.Anthropic). It returns the new body, or an
 // error naming the field that has no equivalent. A body already in the
 // target API (from == to) is returned unchanged.
 //
 // Fields are matched as encoding/json matches them (case-insensitively, the
-// last of repeated keys winning), like parseRequest, so that the gateway's
-// reading of a request and its translation never disagree.
-func translateRequest(body []byte, from, to string) ([]byte, error) {
+// last of repeated keys winning), like the gateway's request reader, so
+// that the gateway's reading of a request and its translation never
+// disagree (the gateway's FuzzTranslateRequest checks it).
+func Request(body []byte, from, to wire.API) ([]byte, error) {
 	if err := checkAPIs(from, to); err != nil {
 		return nil, err
 	}
@@ -208,7 +195,7 @@ func anthropicToOpenAIRequest(body []byte) ([]byte, error) {
 
 // anthropicText flattens an Anthropic content or system value — a string or
 // an array of blocks — into the string OpenAI takes. Text blocks are joined
-// with nothing between them, as contentText joins them, so that a prompt
+// with nothing between them, as the gateway's prompt hashing joins them, so that a prompt
 // hashes alike before and after translation. Thinking blocks of earlier
 // assistant turns are dropped: OpenAI has no way to send reasoning back.
 func anthropicText(raw json.RawMessage, field string) (string, error) {
@@ -455,7 +442,7 @@ func stopSequences(raw json.RawMessage) ([]string, error) {
 
 // openAIText flattens an OpenAI message content — a string, null (an
 // assistant turn that only called tools) or an array of parts — joining
-// text parts with nothing between them, as contentText does.
+// text parts with nothing between them, as the gateway's prompt hashing does.
 func openAIText(raw json.RawMessage, field string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -496,16 +483,15 @@ func openAIText(raw json.RawMessage, field string) (string, error) {
 
 // ---- Non-streamed answers ----
 
-// translateResponse converts a complete non-streamed success answer
+// Response converts a complete non-streamed success answer
 // (chat.completion object <-> message object), from the backend's API to
 // the client's. An answer already in the client's API is returned as is.
-func translateResponse(body []byte, from, to string) ([]byte, error) {
-	return translateResponseAt(body, from, to, time.Now())
+func Response(body []byte, from, to wire.API) ([]byte, error) {
+	return responseAt(body, from, to, time.Now())
 }
 
-// translateResponseAt is translateResponse with the time for OpenAI's
-// "created" field.
-func translateResponseAt(body []byte, from, to string, now time.Time) ([]byte, error) {
+// responseAt is Response with the time for OpenAI's "created" field.
+func responseAt(body []byte, from, to wire.API, now time.Time) ([]byte, error) {
 	if err := checkAPIs(from, to); err != nil {
 		return nil, err
 	}
@@ -788,10 +774,10 @@ func withPrefix(id, prefix string) string {
 
 // ---- Errors ----
 
-// translateError converts a backend's non-2xx JSON error body into the client's
+// Error converts a backend's non-2xx JSON error body into the client's
 // API's error shape, keeping the message (best effort: unknown shapes are
 // wrapped as the message text).
-func translateError(body []byte, status int, from, to string) []byte {
+func Error(body []byte, status int, from, to wire.API) []byte {
 	msg, _ := errorMessage(body)
 	if msg == "" {
 		msg = http.StatusText(status)
@@ -942,11 +928,11 @@ func openAIErrorType(status int) string {
 
 // ---- Streams ----
 
-// streamTranslator converts a backend's SSE stream, one complete event at a
-// time, into the client's API's stream. It holds one stream's state and is
-// not shared between streams.
-type streamTranslator struct {
-	from, to string
+// Stream converts a backend's SSE stream, one complete event at a time,
+// into the client's API's stream. It holds one stream's state and is not
+// shared between streams.
+type Stream struct {
+	from, to wire.API
 	model    string // the client's model, for events that name none
 
 	started bool // message_start / the role chunk has been sent
@@ -980,26 +966,26 @@ const (
 	blockThinking
 )
 
-// newStreamTranslator returns a translator from the backend's API to the
-// client's. model names the model in the client's events until the
-// backend names one itself. With from == to events pass unchanged.
-func newStreamTranslator(from, to, model string) *streamTranslator {
-	return &streamTranslator{from: from, to: to, model: model, now: time.Now}
+// NewStream returns a translator from the backend's API to the client's.
+// model names the model in the client's events until the backend names
+// one itself. With from == to events pass unchanged.
+func NewStream(from, to wire.API, model string) *Stream {
+	return &Stream{from: from, to: to, model: model, now: time.Now}
 }
 
 // Done reports whether the client's stream has been properly ended (after
 // the backend's end marker: OpenAI "data: [DONE]" or Anthropic message_stop).
-func (t *streamTranslator) Done() bool { return t.done }
+func (t *Stream) Done() bool { return t.done }
 
 // Event appends to dst the client's events for one complete backend event ev
-// (as splitEvents yields it: bytes including the blank line; LF, CRLF or CR
-// line ends) and returns dst. Events with no client equivalent (ping,
+// (as the gateway's event splitter yields it: bytes including the blank
+// line; LF, CRLF or CR line ends) and returns dst. Events with no client equivalent (ping,
 // comments, a role-only first chunk once message_start was sent) produce
 // nothing or what the client's stream needs at that point.
 //
 // After the end of the stream or an error event, further events produce
 // nothing: the client's stream is over.
-func (t *streamTranslator) Event(dst, ev []byte) []byte {
+func (t *Stream) Event(dst, ev []byte) []byte {
 	if t.done || t.failed {
 		return dst
 	}
@@ -1166,7 +1152,7 @@ type anthTypeOnly struct {
 	Type string `json:"type"`
 }
 
-func (t *streamTranslator) openAIToAnthropic(dst []byte, name string, data []byte) []byte {
+func (t *Stream) openAIToAnthropic(dst []byte, name string, data []byte) []byte {
 	if string(data) == "[DONE]" {
 		return t.endAnthropic(dst)
 	}
@@ -1226,7 +1212,7 @@ func (t *streamTranslator) openAIToAnthropic(dst []byte, name string, data []byt
 // startAnthropic sends message_start before the first thing the client
 // sees. Input tokens are rarely known yet (OpenAI reports usage at the
 // end); message_delta carries them then.
-func (t *streamTranslator) startAnthropic(dst []byte, id, model string) []byte {
+func (t *Stream) startAnthropic(dst []byte, id, model string) []byte {
 	if t.started {
 		return dst
 	}
@@ -1246,7 +1232,7 @@ func (t *streamTranslator) startAnthropic(dst []byte, id, model string) []byte {
 
 // anthropicDelta sends text on a block of kind, opening it (and closing
 // the other kind's block) first when needed.
-func (t *streamTranslator) anthropicDelta(dst []byte, kind int, text string) []byte {
+func (t *Stream) anthropicDelta(dst []byte, kind int, text string) []byte {
 	if t.block != kind {
 		dst = t.closeBlock(dst)
 		t.block = kind
@@ -1268,11 +1254,11 @@ data: {"type":"content_block_delta","index":`...)
 	} else {
 		dst = append(dst, `,"delta":{"type":"text_delta","text":`...)
 	}
-	dst = appendJSONString(dst, text)
+	dst = jsonscan.AppendString(dst, text)
 	return append(dst, "}}\n\n"...)
 }
 
-func (t *streamTranslator) closeBlock(dst []byte) []byte {
+func (t *Stream) closeBlock(dst []byte) []byte {
 	if t.block == blockNone {
 		return dst
 	}
@@ -1283,7 +1269,7 @@ func (t *streamTranslator) closeBlock(dst []byte) []byte {
 }
 
 // endAnthropic ends the client's stream at the backend's [DONE].
-func (t *streamTranslator) endAnthropic(dst []byte) []byte {
+func (t *Stream) endAnthropic(dst []byte) []byte {
 	dst = t.startAnthropic(dst, "", "")
 	dst = t.closeBlock(dst)
 	var md anthMessageDeltaEvent
@@ -1303,7 +1289,7 @@ func (t *streamTranslator) endAnthropic(dst []byte) []byte {
 	return dst
 }
 
-func (t *streamTranslator) failAnthropic(dst []byte, code int, msg string) []byte {
+func (t *Stream) failAnthropic(dst []byte, code int, msg string) []byte {
 	t.failed = true
 	typ := "api_error"
 	if code >= 400 {
@@ -1360,7 +1346,7 @@ type openAIChunkOut struct {
 	Usage   *openAIUsageOut   `json:"usage,omitempty"`
 }
 
-func (t *streamTranslator) anthropicToOpenAI(dst []byte, name string, data []byte) []byte {
+func (t *Stream) anthropicToOpenAI(dst []byte, name string, data []byte) []byte {
 	if len(data) == 0 {
 		return dst
 	}
@@ -1446,7 +1432,7 @@ func (t *streamTranslator) anthropicToOpenAI(dst []byte, name string, data []byt
 }
 
 // startOpenAI sends the role chunk that opens an OpenAI stream, once.
-func (t *streamTranslator) startOpenAI(dst []byte, id, model string) []byte {
+func (t *Stream) startOpenAI(dst []byte, id, model string) []byte {
 	if t.started {
 		return dst
 	}
@@ -1460,7 +1446,7 @@ func (t *streamTranslator) startOpenAI(dst []byte, id, model string) []byte {
 	return t.appendChunk(dst, openAIDeltaOut{Role: "assistant", Content: &empty}, nil, nil)
 }
 
-func (t *streamTranslator) openAIDelta(dst []byte, text, reasoning string) []byte {
+func (t *Stream) openAIDelta(dst []byte, text, reasoning string) []byte {
 	if text == "" && reasoning == "" {
 		return dst
 	}
@@ -1468,17 +1454,17 @@ func (t *streamTranslator) openAIDelta(dst []byte, text, reasoning string) []byt
 		// The per-token chunk, written directly: the bytes appendChunk's
 		// encoding/json would give, without its cost on every token.
 		dst = append(dst, `data: {"id":`...)
-		dst = appendJSONString(dst, t.id)
+		dst = jsonscan.AppendString(dst, t.id)
 		dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
 		dst = strconv.AppendInt(dst, t.created, 10)
 		dst = append(dst, `,"model":`...)
-		dst = appendJSONString(dst, t.model)
+		dst = jsonscan.AppendString(dst, t.model)
 		if text != "" {
 			dst = append(dst, `,"choices":[{"index":0,"delta":{"content":`...)
-			dst = appendJSONString(dst, text)
+			dst = jsonscan.AppendString(dst, text)
 		} else {
 			dst = append(dst, `,"choices":[{"index":0,"delta":{"reasoning_content":`...)
-			dst = appendJSONString(dst, reasoning)
+			dst = jsonscan.AppendString(dst, reasoning)
 		}
 		return append(dst, "},\"finish_reason\":null}]}\n\n"...)
 	}
@@ -1495,7 +1481,7 @@ func (t *streamTranslator) openAIDelta(dst []byte, text, reasoning string) []byt
 // finishOpenAI sends the finish_reason chunk, then a usage chunk — always,
 // whether or not the client asked for include_usage: clients that did not
 // ignore an empty-choices chunk, and the gateway's own accounting reads it.
-func (t *streamTranslator) finishOpenAI(dst []byte, stop string) []byte {
+func (t *Stream) finishOpenAI(dst []byte, stop string) []byte {
 	if t.sentFinish {
 		return dst
 	}
@@ -1505,7 +1491,7 @@ func (t *streamTranslator) finishOpenAI(dst []byte, stop string) []byte {
 	return t.appendChunk(dst, openAIDeltaOut{}, nil, openAIUsage(&t.usage))
 }
 
-func (t *streamTranslator) appendChunk(dst []byte, d openAIDeltaOut, finish *string, usage *openAIUsageOut) []byte {
+func (t *Stream) appendChunk(dst []byte, d openAIDeltaOut, finish *string, usage *openAIUsageOut) []byte {
 	c := openAIChunkOut{ID: t.id, Object: "chat.completion.chunk", Created: t.created, Model: t.model, Usage: usage}
 	if usage != nil {
 		c.Choices = []openAIChoiceOut{}
@@ -1515,7 +1501,7 @@ func (t *streamTranslator) appendChunk(dst []byte, d openAIDeltaOut, finish *str
 	return appendSSE(dst, "", c)
 }
 
-func (t *streamTranslator) failOpenAI(dst []byte, typ, msg string) []byte {
+func (t *Stream) failOpenAI(dst []byte, typ, msg string) []byte {
 	t.failed = true
 	return appendSSE(dst, "", openAIErrorBody{Error: openAIErrorDetail{Message: msg, Type: typ, Code: anthropicErrorStatus(typ)}})
 }

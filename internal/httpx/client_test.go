@@ -1,4 +1,4 @@
-package gateway
+package httpx
 
 import (
 	"bufio"
@@ -35,17 +35,17 @@ func countingServer(t *testing.T, handler http.HandlerFunc, idle time.Duration) 
 	return "http://" + ln.Addr().String(), &conns
 }
 
-func h1Get(t *testing.T, c *h1Client, ctx context.Context, url string, body string) (*http.Response, error) {
+func h1Get(t *testing.T, c *Client, ctx context.Context, url string, body string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.roundTrip(req, []byte(body))
+	return c.RoundTrip(req, []byte(body))
 }
 
-func newTestH1() *h1Client {
-	return newH1Client(&net.Dialer{Timeout: time.Second}, 4, time.Minute)
+func newTestH1() *Client {
+	return NewClient(ClientOptions{Dial: (&net.Dialer{Timeout: time.Second}).DialContext, MaxIdlePerHost: 4, IdleTimeout: time.Minute})
 }
 
 func TestH1ClientReusesConnections(t *testing.T) {
@@ -62,7 +62,7 @@ func TestH1ClientReusesConnections(t *testing.T) {
 		}
 	}, 0)
 	c := newTestH1()
-	defer c.close()
+	defer c.Close()
 	for i := range 10 {
 		mode := []string{"chunked", "length"}[i%2]
 		resp, err := h1Get(t, c, context.Background(), url+"/echo?mode="+mode, fmt.Sprintf("hello %d", i))
@@ -93,7 +93,7 @@ func TestH1ClientRetriesStaleIdleConnection(t *testing.T) {
 		io.WriteString(w, "ok")
 	}, 50*time.Millisecond)
 	c := newTestH1()
-	defer c.close()
+	defer c.Close()
 	for i := range 3 {
 		resp, err := h1Get(t, c, context.Background(), url, "x")
 		if err != nil {
@@ -135,7 +135,7 @@ func TestH1ClientCancelAndEarlyClose(t *testing.T) {
 		}
 	}, 0)
 	c := newTestH1()
-	defer c.close()
+	defer c.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, err := h1Get(t, c, ctx, url, "x")
@@ -232,7 +232,7 @@ func TestH1ClientResponseShapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			url, _ := rawServer(t, tc.answer)
 			c := newTestH1()
-			defer c.close()
+			defer c.Close()
 			resp, err := h1Get(t, c, context.Background(), url, "x")
 			if err != nil {
 				t.Fatal(err)
@@ -251,7 +251,7 @@ func TestH1ClientResponseShapes(t *testing.T) {
 
 func TestH1ClientErrors(t *testing.T) {
 	c := newTestH1()
-	defer c.close()
+	defer c.Close()
 	// Nothing listens on a port just released.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
@@ -264,7 +264,7 @@ func TestH1ClientErrors(t *testing.T) {
 	url, conns := rawServer(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 	req, _ := http.NewRequest(http.MethodPost, url, nil)
 	req.Header.Set("Authorization", "Bearer k\r\nX-Evil: 1")
-	if _, err := c.roundTrip(req, nil); err == nil || !strings.Contains(err.Error(), "Authorization") {
+	if _, err := c.RoundTrip(req, nil); err == nil || !strings.Contains(err.Error(), "Authorization") {
 		t.Fatalf("header injection: %v", err)
 	}
 	// Garbage instead of HTTP.
@@ -304,11 +304,11 @@ func TestH1ClientRequestOnTheWire(t *testing.T) {
 		io.WriteString(nc, "HTTP/1.1 204 No Content\r\n\r\n")
 	}()
 	c := newTestH1()
-	defer c.close()
+	defer c.Close()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/base/v1/chat/completions?x=1", nil)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Length", "999") // ignored: the body's length is sent
-	resp, err := c.roundTrip(req, []byte("{}"))
+	resp, err := c.RoundTrip(req, []byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,43 +321,5 @@ func TestH1ClientRequestOnTheWire(t *testing.T) {
 	}
 	if strings.Count(wire, "Content-Length") != 1 {
 		t.Fatalf("two Content-Length headers:\n%s", wire)
-	}
-}
-
-// Through the gateway: streamed requests to a plain-http backend reuse one
-// pooled connection, and a backend that drops idle connections costs the
-// client nothing (the stale connection is retried before any byte).
-func TestGatewayBackendConnectionReuse(t *testing.T) {
-	url, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
-	}, 300*time.Millisecond)
-	cfg := Config{Policy: "round-robin", Backends: []BackendConfig{{Name: "b", URL: url, Models: []string{"m"}}}}
-	cfg.Health.Disabled = true
-	_, gw := startGateway(t, cfg, Options{})
-	c := benchClient()
-	send := func() {
-		t.Helper()
-		resp, err := c.Post(gw+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), "[DONE]") {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
-	}
-	for range 20 {
-		send()
-	}
-	if n := conns.Load(); n != 1 {
-		t.Fatalf("20 sequential requests opened %d backend connections, want 1", n)
-	}
-	time.Sleep(600 * time.Millisecond) // the backend closes the idle connection
-	send()
-	if n := conns.Load(); n != 2 {
-		t.Fatalf("after the idle close: %d connections, want 2", n)
 	}
 }

@@ -1,9 +1,11 @@
-package sim
+package serve
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttft-dev/ttft/internal/sim"
 )
 
 // vLLM v1's histogram buckets (vllm/v1/metrics/loggers.py).
@@ -22,7 +24,7 @@ type serverMetrics struct {
 	running, waiting, kvUsage                 prometheus.Gauge
 	promptTok, genTok, pcQueries, pcHits, pre prometheus.Counter
 	success                                   *prometheus.CounterVec
-	lastStats                                 EngineStats
+	lastStats                                 sim.EngineStats
 }
 
 func newServerMetrics(model, engine string) *serverMetrics {
@@ -68,7 +70,7 @@ func newServerMetrics(model, engine string) *serverMetrics {
 }
 
 // update publishes the engine's gauges and counter deltas after a step.
-func (m *serverMetrics) update(e *Engine) {
+func (m *serverMetrics) update(e *sim.Engine) {
 	st := e.Stats()
 	m.running.Set(float64(e.NumRunning()))
 	m.waiting.Set(float64(e.NumWaiting()))

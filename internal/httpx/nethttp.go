@@ -1,16 +1,60 @@
-package gateway
+package httpx
 
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 )
 
-// framingListener serves the gateway on net/http.Server (Options.HTTPServer
-// "net/http") with the request framing checks of the gateway's own server.
+// ServeStd serves h on ln with net/http.Server, with the request framing
+// checks of this package's Server (framingListener), until ctx ends; then
+// it shuts down gracefully (requests in flight get up to
+// o.ShutdownGrace). Requests' contexts carry ctx's values, not its
+// cancellation. Of o it uses HeaderTimeout (for the request head),
+// IdleTimeout, MaxHeaderBytes, ShutdownGrace and Logger (net/http's
+// errors, as warnings).
+func ServeStd(ctx context.Context, ln net.Listener, h http.Handler, o ServerOptions) error {
+	o.defaults()
+	srv := &http.Server{
+		// Requests net/http frames more leniently than Server are
+		// refused here.
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !refuseAmbiguous(w, r) {
+				h.ServeHTTP(w, r)
+			}
+		}),
+		ReadHeaderTimeout: o.HeaderTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext:       framingContext,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(framingListener{ln}) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// framingListener serves net/http.Server (ServeStd) with the request
+// framing checks of this package's Server.
 //
 // net/http reads a request that has both Content-Length and
 // Transfer-Encoding: chunked by its chunked body, drops the Content-Length
@@ -19,8 +63,9 @@ import (
 // front proxy that went by the Content-Length sees different request
 // boundaries: what follows the chunked body is a request smuggled past it.
 // Each connection is therefore followed as net/http reads it (framingConn),
-// and the gateway's handler refuses a request on a connection where such a
-// head was seen, with 400 and Connection: close, as h1server does.
+// and a request on a connection where such a head was seen is refused
+// before its handler runs, with 400 and Connection: close, as Server does
+// (a handler whose body read failed there learns it from MalformedRequest).
 type framingListener struct{ net.Listener }
 
 func (l framingListener) Accept() (net.Conn, error) {

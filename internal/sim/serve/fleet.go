@@ -1,4 +1,4 @@
-package sim
+package serve
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ import (
 //	  - {model: llama-3.1-8b, gpu: h100-sxm, count: 2}
 //	  - {model: llama-3-70b, gpu: a100-80gb, tensor_parallel_size: 4, kv_cache_dtype: fp8}
 type FleetFile struct {
-	Replicas []ServerConfig `yaml:"replicas"`
+	Replicas []Config `yaml:"replicas"`
 }
 
 // ParseFleet reads a fleet file, expanding each entry's count.
-func ParseFleet(b []byte) ([]ServerConfig, error) {
+func ParseFleet(b []byte) ([]Config, error) {
 	var f FleetFile
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -30,7 +30,7 @@ func ParseFleet(b []byte) ([]ServerConfig, error) {
 	if len(f.Replicas) == 0 {
 		return nil, fmt.Errorf("fleet YAML lists no replicas")
 	}
-	var out []ServerConfig
+	var out []Config
 	for i, r := range f.Replicas {
 		if r.Model == "" || r.GPU == "" {
 			return nil, fmt.Errorf("fleet YAML replicas[%d]: model and gpu are required", i)
@@ -51,7 +51,7 @@ func ParseFleet(b []byte) ([]ServerConfig, error) {
 // has a fixed port P, configs without an address get P+1, P+2, … on the
 // same host; otherwise each takes a free loopback port. On error the
 // servers already started are closed.
-func StartFleet(ctx context.Context, cfgs []ServerConfig) ([]*Server, error) {
+func StartFleet(ctx context.Context, cfgs []Config) ([]*Server, error) {
 	if len(cfgs) == 0 {
 		return nil, fmt.Errorf("a fleet needs at least one replica")
 	}
@@ -76,7 +76,7 @@ func StartFleet(ctx context.Context, cfgs []ServerConfig) ([]*Server, error) {
 		if c.Seed == 0 {
 			c.Seed = int64(i + 1) // replicas with jitter must not move in lockstep
 		}
-		s, err := StartServer(ctx, c)
+		s, err := Start(ctx, c)
 		if err != nil {
 			for _, o := range out {
 				_ = o.Close()

@@ -1,4 +1,4 @@
-package gateway
+package httpx
 
 import (
 	"bufio"
@@ -7,30 +7,33 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// startH1 serves h with the gateway's HTTP/1.1 server on a loopback port.
-func startH1(t *testing.T, h http.Handler, lim Limits, tune func(*h1Server)) (string, *h1Server) {
+// startH1 serves h with Server on a loopback port.
+func startH1(t *testing.T, h http.Handler, o ServerOptions, tune func(*Server)) (string, *Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newH1Server(h, lim, slog.New(slog.DiscardHandler), context.Background())
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = 2 * time.Second
+	}
+	s := NewServer(h, o)
 	if tune != nil {
 		tune(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln, 2*time.Second) }()
+	go func() { done <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -75,7 +78,7 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 func TestServerKeepAlivePipeliningAndFraming(t *testing.T) {
-	addr, s := startH1(t, echo, Limits{}, nil)
+	addr, s := startH1(t, echo, ServerOptions{}, nil)
 	c, br := dial(t, addr)
 	// Three requests in one write: plain, Content-Length body, chunked
 	// body with a trailer. All on one connection, answered in order.
@@ -122,14 +125,14 @@ func TestServerStreamsChunkedAndFinishesInOneWrite(t *testing.T) {
 		http.NewResponseController(w).Flush()
 		<-step
 		io.WriteString(w, "data: [DONE]\n\n")
-		if err := w.(bodyFinisher).FinishBody(); err != nil {
+		if err := w.(BodyFinisher).FinishBody(); err != nil {
 			t.Errorf("FinishBody: %v", err)
 		}
 		if _, err := io.WriteString(w, "late"); err == nil {
 			t.Error("a write after FinishBody succeeded")
 		}
 	})
-	addr, _ := startH1(t, h, Limits{}, nil)
+	addr, _ := startH1(t, h, ServerOptions{}, nil)
 	c, br := dial(t, addr)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
@@ -156,7 +159,7 @@ func TestServerStreamsChunkedAndFinishesInOneWrite(t *testing.T) {
 }
 
 func TestServerRefusesMalformedRequests(t *testing.T) {
-	addr, _ := startH1(t, echo, Limits{}, func(s *h1Server) { s.maxHeader = 1024 })
+	addr, _ := startH1(t, echo, ServerOptions{}, func(s *Server) { s.maxHeader = 1024 })
 	cases := []struct {
 		name, req string
 		status    int
@@ -200,7 +203,7 @@ func TestServerHTTP10AndConnectionClose(t *testing.T) {
 		http.NewResponseController(w).Flush()
 		io.WriteString(w, "part2")
 	})
-	addr, _ := startH1(t, stream, Limits{}, nil)
+	addr, _ := startH1(t, stream, ServerOptions{}, nil)
 
 	// HTTP/1.0 cannot be chunked: a streamed body ends with the connection.
 	c, br := dial(t, addr)
@@ -223,7 +226,7 @@ func TestServerHTTP10AndConnectionClose(t *testing.T) {
 	}
 
 	// HTTP/1.0 keep-alive is honoured for a response with a length.
-	addr, _ = startH1(t, echo, Limits{}, nil)
+	addr, _ = startH1(t, echo, ServerOptions{}, nil)
 	c, br = dial(t, addr)
 	for i := range 2 {
 		io.WriteString(c, "GET /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -235,7 +238,7 @@ func TestServerHTTP10AndConnectionClose(t *testing.T) {
 }
 
 func TestServerExpectContinue(t *testing.T) {
-	addr, _ := startH1(t, echo, Limits{}, nil)
+	addr, _ := startH1(t, echo, ServerOptions{}, nil)
 	c, br := dial(t, addr)
 	io.WriteString(c, "POST /x HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
 	resp, err := http.ReadResponse(br, nil)
@@ -266,8 +269,8 @@ func TestServerTimeouts(t *testing.T) {
 			}
 		}
 	})
-	lim := Limits{HeaderTimeout: Duration(300 * time.Millisecond), IdleStreamTimeout: Duration(300 * time.Millisecond)}
-	addr, _ := startH1(t, big, lim, func(s *h1Server) { s.idleTimeout = 300 * time.Millisecond })
+	lim := ServerOptions{HeaderTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond}
+	addr, _ := startH1(t, big, lim, func(s *Server) { s.idleTimeout = 300 * time.Millisecond })
 
 	closedWithin := func(c net.Conn, d time.Duration) bool {
 		c.SetReadDeadline(time.Now().Add(d))
@@ -314,7 +317,7 @@ func TestServerClientGoneCancelsContext(t *testing.T) {
 			cause <- nil
 		}
 	})
-	addr, _ := startH1(t, h, Limits{HeaderTimeout: Duration(time.Second)}, nil)
+	addr, _ := startH1(t, h, ServerOptions{HeaderTimeout: time.Second}, nil)
 	c, _ := dial(t, addr)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nhi")
 	time.Sleep(100 * time.Millisecond)
@@ -338,7 +341,7 @@ func TestServerPipelinedRequestIsNotClientGone(t *testing.T) {
 		}
 		io.WriteString(w, r.URL.Path)
 	})
-	addr, _ := startH1(t, h, Limits{HeaderTimeout: Duration(100 * time.Millisecond)}, nil)
+	addr, _ := startH1(t, h, ServerOptions{HeaderTimeout: 100 * time.Millisecond}, nil)
 	c, br := dial(t, addr)
 	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /next HTTP/1.1\r\nHost: h\r\n\r\n")
 	for _, want := range []string{"/slow", "/next"} {
@@ -361,10 +364,10 @@ func TestServerShutdownLetsStreamsFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newH1Server(h, Limits{}, slog.New(slog.DiscardHandler), context.Background())
+	s := NewServer(h, ServerOptions{ShutdownGrace: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln, 5*time.Second) }()
+	go func() { done <- s.Serve(ctx, ln) }()
 	busy, br := dial(t, ln.Addr().String())
 	io.WriteString(busy, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
 	<-started
@@ -391,25 +394,8 @@ func TestServerShutdownLetsStreamsFinish(t *testing.T) {
 	}
 }
 
-// The gateway behind Go's own server (the --http-server net/http fallback)
-// still streams.
-func TestGatewayOnNetHTTPServer(t *testing.T) {
-	backend := quickBackend(t)
-	cfg := Config{Policy: "round-robin", Backends: []BackendConfig{{Name: "b", URL: backend, Models: []string{"m"}}}}
-	_, gw := startGateway(t, cfg, Options{HTTPServer: "net/http"})
-	c := benchClient()
-	for range 3 {
-		if _, err := ttftOnce(c, gw); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := New(cfg, Options{HTTPServer: "fasthttp"}); err == nil || !strings.Contains(err.Error(), "fasthttp") {
-		t.Fatalf("unknown server accepted: %v", err)
-	}
-}
-
 // FuzzServerRequest checks the request parser against net/http's: what
-// the gateway's server accepts, net/http reads alike.
+// Server accepts, net/http reads alike.
 func FuzzServerRequest(f *testing.F) {
 	for _, s := range []string{
 		"GET / HTTP/1.1\r\nHost: h\r\n\r\n",
@@ -422,7 +408,7 @@ func FuzzServerRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := newH1Server(http.NotFoundHandler(), Limits{}, slog.New(slog.DiscardHandler), context.Background())
+		s := NewServer(http.NotFoundHandler(), ServerOptions{})
 		c := &srvConn{s: s, br: bufio.NewReader(bytes.NewReader(data)), bw: bufio.NewWriter(io.Discard)}
 		req, _, err := c.readRequest()
 		if err != nil {
@@ -463,56 +449,50 @@ func FuzzServerRequest(f *testing.F) {
 	})
 }
 
-// A client that hangs up while its request waits for the backend's first
-// token has the backend request cancelled (the backend sees its
-// connection close), freeing the backend's slot — with the gateway's own
-// server as with net/http's.
-func TestClientHangUpCancelsBackendRequest(t *testing.T) {
-	canceled := make(chan time.Duration, 1)
-	backend := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/models" {
-			io.WriteString(w, `{"data":[]}`)
-			return
-		}
-		// Read the body first: Go's server watches for a hang-up only
-		// once it has been read (as engines do before they queue).
-		io.Copy(io.Discard, r.Body)
-		t0 := time.Now()
-		select {
-		case <-r.Context().Done():
-			canceled <- time.Since(t0)
-		case <-time.After(10 * time.Second):
-			canceled <- -1
-		}
-	}))
-	for _, server := range []string{"ttft", "net/http"} {
-		t.Run(server, func(t *testing.T) {
-			cfg := Config{Policy: "round-robin", Backends: []BackendConfig{{Name: "b", URL: backend, Models: []string{"m"}}}}
-			cfg.Health.Disabled = true
-			_, url := startGateway(t, cfg, Options{HTTPServer: server})
-			c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
-			if err != nil {
-				t.Fatal(err)
+// A client that stops reading a stream is cut off at the write timeout
+// (the gateway's idle_stream_timeout), even when the stream is small
+// enough for the kernel's buffers: the server bounds a streaming
+// connection's send buffer, so that the writes block (and the sweeper sees
+// them blocked) once the client stops taking bytes.
+func TestServerCutsClientThatStopsReading(t *testing.T) {
+	const events = 1000 // 1 MB: less than loopback's default send buffer
+	errc := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ev := []byte("data: " + strings.Repeat("x", 1000) + "\n\n")
+		rc := http.NewResponseController(w)
+		for range events {
+			if _, err := w.Write(ev); err != nil {
+				errc <- err
+				return
 			}
-			body := chatBody("m", true, "x")
-			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			time.Sleep(200 * time.Millisecond)
-			c.Close()
-			if d := <-canceled; d < 0 {
-				t.Fatal("the backend request outlived the client by 10 s")
+			if err := rc.Flush(); err != nil {
+				errc <- err
+				return
 			}
-		})
-	}
-}
-
-func httptestServer(t *testing.T, h http.Handler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+			time.Sleep(time.Millisecond)
+		}
+		errc <- nil
+	})
+	addr, _ := startH1(t, h, ServerOptions{HeaderTimeout: time.Second, WriteTimeout: 300 * time.Millisecond}, nil)
+	// The client's own receive buffer is its business (it absorbs what it
+	// holds whatever the server does): keep it small here.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	c, err := d.DialContext(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	defer c.Close()
+	t0 := time.Now()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatalf("all %d events went to a client that read none of them, in %v (idle_stream_timeout 300ms)", events, time.Since(t0))
+		}
+		t.Logf("cut after %v: %v", time.Since(t0), err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler neither finished nor failed")
+	}
 }

@@ -1,0 +1,94 @@
+package sched
+
+import "time"
+
+// Cooldown states, in the order the breaker exports them as a metric value
+// (the SLO tracker maps them to its own: see SLOState).
+const (
+	coolClosed   = 0 // in rotation
+	coolHalfOpen = 1 // cooled down: one trial request at a time
+	coolOpen     = 2 // out of rotation until the cooldown ends
+)
+
+// cooldownPolicy tunes a cooldown: how many consecutive bad reports open
+// it, and the first and longest cooldown (doubling in between).
+type cooldownPolicy struct {
+	threshold   int
+	first, most time.Duration
+}
+
+// cooldown is the state machine behind both the circuit breaker (bad =
+// the transport failed or the backend answered 5xx) and the SLO tracker's
+// demotion (bad = a TTFT over the request's SLO):
+//
+//	closed ──threshold consecutive bad──► open ──cooldown over──► half-open
+//	   ▲                                   ▲                          │
+//	   └──────── the trial was good ───────┼──── the trial was bad ───┘
+//	                                   (cooldown doubled, up to most)
+//
+// Half-open admits one trial request at a time; a good trial closes it
+// and resets the cooldown. Open turns half-open lazily, when next asked
+// at or after its deadline. It is not safe for concurrent use: Backend
+// guards both of its cooldowns with its mutex.
+type cooldown struct {
+	state int
+	bad   int // consecutive bad reports
+	until time.Time
+	wait  time.Duration // the current cooldown (0 = none yet)
+	trial bool          // a half-open trial is in flight
+}
+
+// at returns the state at now.
+func (c *cooldown) at(now time.Time) int {
+	if c.state == coolOpen && !now.Before(c.until) {
+		c.state, c.trial = coolHalfOpen, false
+	}
+	return c.state
+}
+
+// admits reports whether a request may go through now: closed, or
+// half-open with the trial slot free.
+func (c *cooldown) admits(now time.Time) bool {
+	switch c.at(now) {
+	case coolOpen:
+		return false
+	case coolHalfOpen:
+		return !c.trial
+	}
+	return true
+}
+
+// claim takes the half-open trial slot for a dispatched request, when it
+// is free; it reports whether the request is the trial.
+func (c *cooldown) claim(now time.Time) bool {
+	if c.at(now) == coolHalfOpen && !c.trial {
+		c.trial = true
+		return true
+	}
+	return false
+}
+
+// release frees the trial slot of a request that ended without a verdict.
+func (c *cooldown) release() { c.trial = false }
+
+// report feeds one verdict; trial says whether the request was the
+// half-open trial (only the trial's verdict closes or reopens it).
+func (c *cooldown) report(now time.Time, good, trial bool, p cooldownPolicy) {
+	st := c.at(now)
+	if good {
+		c.bad = 0
+		if st == coolHalfOpen && trial {
+			c.state, c.wait, c.trial = coolClosed, 0, false
+		}
+		return
+	}
+	c.bad++
+	if (st == coolHalfOpen && trial) || (st == coolClosed && c.bad >= p.threshold) {
+		if c.wait == 0 {
+			c.wait = p.first
+		} else {
+			c.wait = min(2*c.wait, p.most)
+		}
+		c.state, c.until, c.trial = coolOpen, now.Add(c.wait), false
+	}
+}
