@@ -93,8 +93,10 @@ func load(b *Backend) float64 { return float64(b.inFlight.Load()) / b.Spec.Weigh
 // scratch space reused from decision to decision (a Cycle is pooled; do
 // not keep it or its slices past the call).
 type Cycle struct {
-	s     *Scheduler
-	req   *Request
+	s *Scheduler
+	// req is a copy of the request: the pooled cycle holding the caller's
+	// pointer would move every caller's Request to the heap.
+	req   Request
 	now   time.Time
 	scope []*Backend
 	cands []Candidate
@@ -104,7 +106,7 @@ type Cycle struct {
 }
 
 // Request is the request being scheduled.
-func (cy *Cycle) Request() *Request { return cy.req }
+func (cy *Cycle) Request() *Request { return &cy.req }
 
 // Now is the decision's time on the scheduler's clock.
 func (cy *Cycle) Now() time.Time { return cy.now }

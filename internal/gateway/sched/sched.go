@@ -217,7 +217,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	all := *s.backends.Load()
 	cy := s.cycles.Get().(*Cycle)
 	defer s.putCycle(cy)
-	cy.req, cy.now = req, now
+	cy.req, cy.now = *req, now
 	cands := cy.cands[:0]
 	for _, b := range all {
 		if b.serves(req.API, req.Model) {
@@ -276,7 +276,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 func (s *Scheduler) putCycle(cy *Cycle) {
 	clear(cy.scope)
 	cy.scope = cy.scope[:0]
-	cy.req = nil
+	cy.req = Request{}
 	s.cycles.Put(cy)
 }
 
