@@ -46,137 +46,172 @@ func Summarize(recs []record.Record, opt SummaryOptions) record.Summary {
 		Schema: record.SummarySchema, Source: opt.Source, Target: opt.Target,
 		API: opt.API, Model: opt.Model, Scenario: opt.Scenario,
 	}
-	var ttft, ttftInt, ttfb, ttfe, ttfc, tpot, e2e, lag, connect, itl, readDelay []float64
-	var itlSketch *ddsketch.DDSketch
-	itlCount := 0
-	var first, last time.Time
-	var inTok, outTok int
-	errs := map[string]int{}
-	firstErrs := map[string]string{}
-	notStreamed := 0
+	a := summaryAcc{maxITL: opt.MaxITLSamples, errs: map[string]int{}, firstErrs: map[string]string{}}
 	for i := range recs {
-		r := &recs[i]
-		if r.Warmup {
-			s.Requests.Warmup++
-			continue
-		}
-		s.Requests.Total++
-		start := r.Sent
-		if !r.Intended.IsZero() && r.Intended.Before(start) {
-			start = r.Intended
-		}
-		if !start.IsZero() && (first.IsZero() || start.Before(first)) {
-			first = start
-		}
-		if r.End.After(last) {
-			last = r.End
-		}
-		if r.ScheduleLagMs > 0 || !r.Intended.IsZero() {
-			lag = append(lag, r.ScheduleLagMs)
-		}
-		if r.ArrivalClock == record.ClockKernel && !r.FirstToken.IsZero() {
-			readDelay = append(readDelay, r.FirstTokenReadDelayMs)
-		}
-		if r.ConnectMs > 0 {
-			connect = append(connect, r.ConnectMs)
-		}
-		if !r.OK() {
-			s.Requests.Failed++
-			errs[r.ErrorClass]++
-			if _, seen := firstErrs[r.ErrorClass]; !seen && r.Error != "" {
-				firstErrs[r.ErrorClass] = r.Error
-			}
-			continue
-		}
-		s.Requests.Completed++
-		if r.NotStreamed {
-			notStreamed++
-		}
-		ttft = append(ttft, r.TTFTMs)
-		if r.TTFTIntendedMs > 0 {
-			ttftInt = append(ttftInt, r.TTFTIntendedMs)
-		}
-		appendPos(&ttfb, r.TTFBMs)
-		appendPos(&ttfe, r.TTFEMs)
-		appendPos(&ttfc, r.TTFCMs)
-		appendPos(&e2e, r.E2EMs)
-		appendPos(&tpot, r.TPOTMs)
-		for _, g := range r.ITLMs {
-			itlCount++
-			if itlSketch == nil && len(itl) < opt.MaxITLSamples {
-				itl = append(itl, g)
-				continue
-			}
-			if itlSketch == nil {
-				itlSketch, _ = ddsketch.NewDefaultDDSketch(0.01)
-				for _, x := range itl {
-					_ = itlSketch.Add(math.Max(x, 1e-9))
-				}
-				itl = nil
-			}
-			_ = itlSketch.Add(math.Max(g, 1e-9))
-		}
-		inTok += r.InputTokens()
-		outTok += r.OutputTokens()
-		tokens(&s.Tokens, r)
+		a.add(&s, &recs[i])
 	}
-	if len(errs) > 0 {
-		s.Requests.Errors = errs
-	}
-	if len(firstErrs) > 0 {
-		s.Requests.FirstErrors = firstErrs
-	}
-	s.Started, s.Ended = first, last
-	if !first.IsZero() && last.After(first) {
-		s.DurationS = last.Sub(first).Seconds()
-		s.Throughput = record.Throughput{
-			RequestsPerS:     float64(s.Requests.Completed) / s.DurationS,
-			OutputTokensPerS: float64(outTok) / s.DurationS,
-			InputTokensPerS:  float64(inTok) / s.DurationS,
-			TotalTokensPerS:  float64(inTok+outTok) / s.DurationS,
-		}
-	}
-	d := func(xs []float64, salt int64) record.Metric {
-		return Describe(xs, DescribeOptions{CI: !opt.NoCI, Seed: opt.Seed + salt})
-	}
-	s.TTFT = d(ttft, 1)
-	s.TTFTIntended = d(ttftInt, 2)
-	s.TTFB = d(ttfb, 3)
-	s.TTFE = d(ttfe, 4)
-	s.TTFC = d(ttfc, 5)
-	s.TPOT = d(tpot, 6)
-	s.E2E = d(e2e, 7)
-	s.ScheduleLag = d(lag, 8)
+	a.window(&s)
+	a.describe(&s, opt)
 	s.TTFTBasis = record.BasisSent
 	if opt.OpenLoop || s.ScheduleLag.Max > 0 {
 		s.TTFTBasis = record.BasisIntended
 	}
-	s.Connect = d(connect, 9)
-	if len(readDelay) > 0 {
-		s.ReadDelay = Describe(readDelay, DescribeOptions{})
+	s.Warnings = append(s.Warnings, a.warnings(&s, opt)...)
+	return s
+}
+
+// summaryAcc gathers the measured records' values for Summarize.
+type summaryAcc struct {
+	ttft, ttftInt, ttfb, ttfe, ttfc, tpot, e2e, lag, connect, itl, readDelay []float64
+	itlSketch                                                                *ddsketch.DDSketch
+	itlCount, maxITL                                                         int
+	first, last                                                              time.Time
+	inTok, outTok                                                            int
+	errs                                                                     map[string]int
+	firstErrs                                                                map[string]string
+	notStreamed                                                              int
+}
+
+// add counts one record into s's request counts and tokens, and keeps its
+// values.
+func (a *summaryAcc) add(s *record.Summary, r *record.Record) {
+	if r.Warmup {
+		s.Requests.Warmup++
+		return
 	}
-	if itlSketch != nil {
-		s.ITL = sketchMetric(itlSketch, itlCount)
-		s.Warnings = append(s.Warnings, fmt.Sprintf("ITL statistics come from a DDSketch (1%% relative accuracy): %d gaps exceed the raw-sample limit", itlCount))
+	s.Requests.Total++
+	start := r.Sent
+	if !r.Intended.IsZero() && r.Intended.Before(start) {
+		start = r.Intended
+	}
+	if !start.IsZero() && (a.first.IsZero() || start.Before(a.first)) {
+		a.first = start
+	}
+	if r.End.After(a.last) {
+		a.last = r.End
+	}
+	if r.ScheduleLagMs > 0 || !r.Intended.IsZero() {
+		a.lag = append(a.lag, r.ScheduleLagMs)
+	}
+	if r.ArrivalClock == record.ClockKernel && !r.FirstToken.IsZero() {
+		a.readDelay = append(a.readDelay, r.FirstTokenReadDelayMs)
+	}
+	if r.ConnectMs > 0 {
+		a.connect = append(a.connect, r.ConnectMs)
+	}
+	if !r.OK() {
+		s.Requests.Failed++
+		a.errs[r.ErrorClass]++
+		if _, seen := a.firstErrs[r.ErrorClass]; !seen && r.Error != "" {
+			a.firstErrs[r.ErrorClass] = r.Error
+		}
+		return
+	}
+	s.Requests.Completed++
+	if r.NotStreamed {
+		a.notStreamed++
+	}
+	a.ttft = append(a.ttft, r.TTFTMs)
+	if r.TTFTIntendedMs > 0 {
+		a.ttftInt = append(a.ttftInt, r.TTFTIntendedMs)
+	}
+	appendPos(&a.ttfb, r.TTFBMs)
+	appendPos(&a.ttfe, r.TTFEMs)
+	appendPos(&a.ttfc, r.TTFCMs)
+	appendPos(&a.e2e, r.E2EMs)
+	appendPos(&a.tpot, r.TPOTMs)
+	for _, g := range r.ITLMs {
+		a.addGap(g)
+	}
+	a.inTok += r.InputTokens()
+	a.outTok += r.OutputTokens()
+	tokens(&s.Tokens, r)
+}
+
+// addGap keeps an inter-token gap: raw up to maxITL, then in a DDSketch.
+func (a *summaryAcc) addGap(g float64) {
+	a.itlCount++
+	if a.itlSketch == nil && len(a.itl) < a.maxITL {
+		a.itl = append(a.itl, g)
+		return
+	}
+	if a.itlSketch == nil {
+		a.itlSketch, _ = ddsketch.NewDefaultDDSketch(0.01)
+		for _, x := range a.itl {
+			_ = a.itlSketch.Add(math.Max(x, 1e-9))
+		}
+		a.itl = nil
+	}
+	_ = a.itlSketch.Add(math.Max(g, 1e-9))
+}
+
+// window sets the measured window, the error counts and the throughput.
+func (a *summaryAcc) window(s *record.Summary) {
+	if len(a.errs) > 0 {
+		s.Requests.Errors = a.errs
+	}
+	if len(a.firstErrs) > 0 {
+		s.Requests.FirstErrors = a.firstErrs
+	}
+	s.Started, s.Ended = a.first, a.last
+	if !a.first.IsZero() && a.last.After(a.first) {
+		s.DurationS = a.last.Sub(a.first).Seconds()
+		s.Throughput = record.Throughput{
+			RequestsPerS:     float64(s.Requests.Completed) / s.DurationS,
+			OutputTokensPerS: float64(a.outTok) / s.DurationS,
+			InputTokensPerS:  float64(a.inTok) / s.DurationS,
+			TotalTokensPerS:  float64(a.inTok+a.outTok) / s.DurationS,
+		}
+	}
+}
+
+// describe sets every latency's statistics (the bootstrap seeded per
+// metric, so a summary is reproducible).
+func (a *summaryAcc) describe(s *record.Summary, opt SummaryOptions) {
+	d := func(xs []float64, salt int64) record.Metric {
+		return Describe(xs, DescribeOptions{CI: !opt.NoCI, Seed: opt.Seed + salt})
+	}
+	s.TTFT = d(a.ttft, 1)
+	s.TTFTIntended = d(a.ttftInt, 2)
+	s.TTFB = d(a.ttfb, 3)
+	s.TTFE = d(a.ttfe, 4)
+	s.TTFC = d(a.ttfc, 5)
+	s.TPOT = d(a.tpot, 6)
+	s.E2E = d(a.e2e, 7)
+	s.ScheduleLag = d(a.lag, 8)
+	s.Connect = d(a.connect, 9)
+	if len(a.readDelay) > 0 {
+		s.ReadDelay = Describe(a.readDelay, DescribeOptions{})
+	}
+	if a.itlSketch != nil {
+		s.ITL = sketchMetric(a.itlSketch, a.itlCount)
 	} else {
-		s.ITL = d(itl, 10)
+		s.ITL = d(a.itl, 10)
 	}
-	s.Warnings = append(s.Warnings, tokenWarnings(s.Tokens, s.Requests.Completed)...)
-	if notStreamed > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%d requests were answered with one JSON body instead of a stream: their TTFT equals their end-to-end latency", notStreamed))
+}
+
+// warnings say what makes the summary's figures less than they seem.
+func (a *summaryAcc) warnings(s *record.Summary, opt SummaryOptions) []string {
+	var w []string
+	if a.itlSketch != nil {
+		w = append(w, fmt.Sprintf("ITL statistics come from a DDSketch (1%% relative accuracy): %d gaps exceed the raw-sample limit", a.itlCount))
+	}
+	w = append(w, tokenWarnings(s.Tokens, s.Requests.Completed)...)
+	if a.notStreamed > 0 {
+		w = append(w, fmt.Sprintf("%d requests were answered with one JSON body instead of a stream: their TTFT equals their end-to-end latency", a.notStreamed))
 	}
 	// Lateness worth a warning is lateness that changes what was measured:
 	// above the floor and a fifth of the median TTFT (a few ms of jitter on
 	// a 2 s TTFT changes nothing). Verdicts count it either way.
 	if lagWarn := max(opt.LagWarnMs, 0.2*s.TTFT.P50); s.ScheduleLag.Count > 0 && s.ScheduleLag.P99 > lagWarn {
-		s.Warnings = append(s.Warnings, fmt.Sprintf(
+		w = append(w, fmt.Sprintf(
 			"schedule lag P99 %.1f ms: the client sent late (CPU-bound or concurrency cap), so the server saw less load than asked; TTFT from the intended send time, which the verdicts judge, counts the lateness", s.ScheduleLag.P99))
 	}
 	if s.ReadDelay.Count > 0 && s.ReadDelay.P99 > opt.LagWarnMs {
-		s.Warnings = append(s.Warnings, fmt.Sprintf(
+		w = append(w, fmt.Sprintf(
 			"the client read first tokens %.1f ms (P99) after they arrived: it is short of CPU. TTFT and ITL are timed by the kernel's receive timestamps and stay exact, but a busier client will fall behind its schedule", s.ReadDelay.P99))
 	}
-	return s
+	return w
 }
 
 func appendPos(xs *[]float64, v float64) {
