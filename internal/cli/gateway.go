@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ttft-dev/ttft/internal/gateway"
 	"github.com/ttft-dev/ttft/internal/gateway/eval"
@@ -28,18 +29,21 @@ import (
 	"github.com/ttft-dev/ttft/internal/telemetry"
 )
 
+// gatewayOptions are ttft gateway's flags.
+type gatewayOptions struct {
+	configPath string
+	backends   []string
+	listen     string
+	policy     string
+	sloClass   string
+	noLog      bool
+	cpuProfile string
+	httpServer string
+	recordsDir string
+}
+
 func newGatewayCmd(env *Env) *cobra.Command {
-	var (
-		configPath string
-		backends   []string
-		listen     string
-		policy     string
-		sloClass   string
-		noLog      bool
-		cpuProfile string
-		httpServer string
-		recordsDir string
-	)
+	o := &gatewayOptions{}
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Route LLM requests to the backend most likely to meet their TTFT SLO",
@@ -61,123 +65,146 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: ` + strings.Join(sloclass
   ttft gateway --config gateway.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var cfg *gateway.Config
-			var err error
-			switch {
-			case configPath != "" && len(backends) > 0:
-				return usageErr("gateway: use --config or --backend, not both")
-			case configPath != "":
-				cfg, err = gateway.LoadConfig(configPath, env.getenv)
-			case len(backends) > 0:
-				cfg, err = gateway.FromBackendURLs(backends)
-			default:
-				return usageErr("gateway: no backends: pass --config FILE or --backend URL (see 'ttft gateway --help')")
-			}
-			if err != nil {
-				return usageErr("gateway: %v", err)
-			}
-			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
-				cfg.Listen = listen
-			}
-			if cmd.Flags().Changed("policy") {
-				cfg.Policy = policy
-			}
-			if cmd.Flags().Changed("slo-class") {
-				cfg.SLOClass = sloClass
-			}
-			if noLog {
-				off := false
-				cfg.AccessLog = &off
-			}
-			if err := cfg.Validate(env.getenv); err != nil {
-				return usageErr("gateway: %v", err)
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if cpuProfile != "" {
-				// For finding the gateway's own cost under real load
-				// (docs/performance.md); written when the gateway stops.
-				pf, err := os.Create(cpuProfile)
-				if err != nil {
-					return usageErr("gateway: --cpu-profile: %v", err)
-				}
-				if err := pprof.StartCPUProfile(pf); err != nil {
-					pf.Close()
-					return usageErr("gateway: --cpu-profile: %v", err)
-				}
-				defer func() { pprof.StopCPUProfile(); pf.Close() }()
-			}
-			// Article §5: sample 10% normally, everything while P99 TTFT is
-			// above 1.2 s and errors above 0.5%; errors and SLO misses are
-			// always kept.
-			tp, sampler, shutdown, err := telemetry.SetupDynamicTracing(ctx, env.getenv, "ttft-gateway", 0.1, 1200*time.Millisecond, 0.005, 0)
-			if err != nil {
-				return usageErr("gateway: tracing: %v", err)
-			}
-			defer func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				shutdown(sctx)
-			}()
-			// Log lines (the access log above all) are written in batches
-			// of up to 32 KiB, at most 200 ms late: a write system call
-			// per request costs as much as routing it.
-			logw := gateway.NewLogBuffer(env.Stderr, 200*time.Millisecond)
-			defer logw.Flush()
-			log := slog.New(slog.NewJSONHandler(logw, nil))
-			gopts := gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: httpServer}
-			if recordsDir != "" {
-				// A run directory of the traffic through the gateway, for
-				// ttft report / compare / runs import: one record per
-				// request, appended as it finishes.
-				man := record.Manifest{Schema: record.ManifestSchema, RunID: newRunID(time.Now()), Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
-					Source: "gateway", Target: "http://" + cfg.Listen, Host: hostInfo(), Started: time.Now().UTC(), Labels: map[string]string{"policy": cfg.Policy}}
-				rd, err := rundir.Create(recordsDir, man)
-				if err != nil {
-					return usageErr("gateway: --records: %v", err)
-				}
-				gopts.OnRecord = func(r *record.Record) {
-					// Only the first failure returns an error: the file
-					// ends there, whole (see rundir.Writer.Write).
-					if err := rd.Write(r); err != nil {
-						log.Error("gateway: writing records stopped", "error", err.Error(), "kept", rd.Kept())
-					}
-				}
-				defer func() {
-					man.Ended = time.Now().UTC()
-					// No summary: ttft report and runs import compute it
-					// from the records.
-					for _, err := range rd.Finish(man, nil, nil) {
-						log.Error("gateway: --records", "error", err.Error())
-					}
-				}()
-			}
-			// The gateway, and its configuration reloads (file changes
-			// and SIGHUP) when it came from a file.
-			err = gateway.Run(ctx, configPath, gateway.RunOptions{Options: gopts, Config: cfg,
-				Listening: func(net.Addr) { logw.Flush() }})
-			var se *gateway.StartError
-			switch {
-			case errors.As(err, &se):
-				return usageErr("gateway: %v", se.Err)
-			case err != nil:
-				return failErr("gateway: %v", err)
-			}
-			return nil
+			return runGateway(cmd.Context(), env, o, cmd.Flags())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&configPath, "config", "c", "", "gateway YAML configuration (see docs/gateway.md)")
-	f.StringArrayVar(&backends, "backend", nil, "backend base URL, or name=URL; repeatable (any model, OpenAI API; Anthropic clients are translated — use --config for Anthropic-API backends)")
-	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
-	f.StringVar(&policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
-	f.StringVar(&sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
-	f.BoolVar(&noLog, "no-access-log", false, "disable the JSON access log")
-	f.StringVar(&httpServer, "http-server", "ttft", "client-facing HTTP/1.1 server: ttft (the gateway's own, lowest overhead) or net/http (Go's standard server)")
-	f.StringVar(&recordsDir, "records", "", "write every request through the gateway as a record to `DIR`/requests.jsonl (a run directory for ttft report, compare and runs import)")
-	f.StringVar(&cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
+	f.StringVarP(&o.configPath, "config", "c", "", "gateway YAML configuration (see docs/gateway.md)")
+	f.StringArrayVar(&o.backends, "backend", nil, "backend base URL, or name=URL; repeatable (any model, OpenAI API; Anthropic clients are translated — use --config for Anthropic-API backends)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to serve on")
+	f.StringVar(&o.policy, "policy", sched.SLOPredictive, "scheduling policy: "+strings.Join(sched.Policies(), ", "))
+	f.StringVar(&o.sloClass, "slo-class", "", "default SLO class for requests without one: "+strings.Join(sched.Classes(), ", "))
+	f.BoolVar(&o.noLog, "no-access-log", false, "disable the JSON access log")
+	f.StringVar(&o.httpServer, "http-server", "ttft", "client-facing HTTP/1.1 server: ttft (the gateway's own, lowest overhead) or net/http (Go's standard server)")
+	f.StringVar(&o.recordsDir, "records", "", "write every request through the gateway as a record to `DIR`/requests.jsonl (a run directory for ttft report, compare and runs import)")
+	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
 	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
 	return cmd
+}
+
+// config is the gateway's configuration: the file's, or the quick form's
+// backends, with the flags that override it.
+func (o *gatewayOptions) config(env *Env, fs *pflag.FlagSet) (*gateway.Config, error) {
+	var cfg *gateway.Config
+	var err error
+	switch {
+	case o.configPath != "" && len(o.backends) > 0:
+		return nil, usageErr("gateway: use --config or --backend, not both")
+	case o.configPath != "":
+		cfg, err = gateway.LoadConfig(o.configPath, env.getenv)
+	case len(o.backends) > 0:
+		cfg, err = gateway.FromBackendURLs(o.backends)
+	default:
+		return nil, usageErr("gateway: no backends: pass --config FILE or --backend URL (see 'ttft gateway --help')")
+	}
+	if err != nil {
+		return nil, usageErr("gateway: %v", err)
+	}
+	if fs.Changed("listen") || cfg.Listen == "" {
+		cfg.Listen = o.listen
+	}
+	if fs.Changed("policy") {
+		cfg.Policy = o.policy
+	}
+	if fs.Changed("slo-class") {
+		cfg.SLOClass = o.sloClass
+	}
+	if o.noLog {
+		off := false
+		cfg.AccessLog = &off
+	}
+	if err := cfg.Validate(env.getenv); err != nil {
+		return nil, usageErr("gateway: %v", err)
+	}
+	return cfg, nil
+}
+
+// runGateway serves until ctx ends or SIGINT/SIGTERM.
+func runGateway(ctx context.Context, env *Env, o *gatewayOptions, fs *pflag.FlagSet) error {
+	cfg, err := o.config(env, fs)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.cpuProfile != "" {
+		// For finding the gateway's own cost under real load
+		// (docs/performance.md); written when the gateway stops.
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return usageErr("gateway: --cpu-profile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return usageErr("gateway: --cpu-profile: %v", err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	}
+	// Article §5: sample 10% normally, everything while P99 TTFT is
+	// above 1.2 s and errors above 0.5%; errors and SLO misses are
+	// always kept.
+	tp, sampler, shutdown, err := telemetry.SetupDynamicTracing(ctx, env.getenv, "ttft-gateway", 0.1, 1200*time.Millisecond, 0.005, 0)
+	if err != nil {
+		return usageErr("gateway: tracing: %v", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shutdown(sctx)
+	}()
+	// Log lines (the access log above all) are written in batches
+	// of up to 32 KiB, at most 200 ms late: a write system call
+	// per request costs as much as routing it.
+	logw := gateway.NewLogBuffer(env.Stderr, 200*time.Millisecond)
+	defer logw.Flush()
+	log := slog.New(slog.NewJSONHandler(logw, nil))
+	gopts := gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: o.httpServer}
+	if o.recordsDir != "" {
+		finish, err := recordGateway(env, o.recordsDir, cfg, log, &gopts)
+		if err != nil {
+			return err
+		}
+		defer finish()
+	}
+	// The gateway, and its configuration reloads (file changes
+	// and SIGHUP) when it came from a file.
+	err = gateway.Run(ctx, o.configPath, gateway.RunOptions{Options: gopts, Config: cfg,
+		Listening: func(net.Addr) { logw.Flush() }})
+	var se *gateway.StartError
+	switch {
+	case errors.As(err, &se):
+		return usageErr("gateway: %v", se.Err)
+	case err != nil:
+		return failErr("gateway: %v", err)
+	}
+	return nil
+}
+
+// recordGateway makes a run directory of the traffic through the gateway,
+// for ttft report / compare / runs import: one record per request,
+// appended as it finishes. finish closes it.
+func recordGateway(env *Env, dir string, cfg *gateway.Config, log *slog.Logger, gopts *gateway.Options) (finish func(), err error) {
+	man := record.Manifest{Schema: record.ManifestSchema, RunID: newRunID(time.Now()), Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
+		Source: "gateway", Target: "http://" + cfg.Listen, Host: hostInfo(), Started: time.Now().UTC(), Labels: map[string]string{"policy": cfg.Policy}}
+	rd, err := rundir.Create(dir, man)
+	if err != nil {
+		return nil, usageErr("gateway: --records: %v", err)
+	}
+	gopts.OnRecord = func(r *record.Record) {
+		// Only the first failure returns an error: the file ends
+		// there, whole (see rundir.Writer.Write).
+		if err := rd.Write(r); err != nil {
+			log.Error("gateway: writing records stopped", "error", err.Error(), "kept", rd.Kept())
+		}
+	}
+	return func() {
+		man.Ended = time.Now().UTC()
+		// No summary: ttft report and runs import compute it from the
+		// records.
+		for _, err := range rd.Finish(man, nil, nil) {
+			log.Error("gateway: --records", "error", err.Error())
+		}
+	}, nil
 }
 
 func newGatewayValidateCmd(env *Env) *cobra.Command {
