@@ -15,6 +15,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/sloclass"
+	"github.com/ttft-dev/ttft/internal/stats"
 )
 
 // Replica is one simulated backend.
@@ -156,116 +157,158 @@ type inflight struct {
 	i   int
 }
 
+// runOne replays reqs through policy's scheduler onto the fleet's engines
+// on one virtual clock, and scores the requests after the first 10%.
 func runOne(opt Options, policy string, rate float64, reqs []request) (Row, error) {
 	base := time.Unix(1_700_000_000, 0)
-	var now time.Duration
-	clock := func() time.Time { return base.Add(now) }
-	reps := make([]*replica, len(opt.Fleet))
+	f := &fleetRun{reqs: reqs, slo: opt.SLO, ttft: make([]time.Duration, len(reqs)), warm: len(reqs) / 10}
+	if err := f.build(opt, policy, func() time.Time { return base.Add(f.now) }); err != nil {
+		return Row{}, err
+	}
+	for i := range f.ttft {
+		f.ttft[i] = -1
+	}
+	if err := f.run(); err != nil {
+		return Row{}, err
+	}
+	return f.row(policy, rate), nil
+}
+
+// fleetRun is one policy's replay: the replicas, the scheduler, the clock
+// and what each request measured.
+type fleetRun struct {
+	reqs                 []request
+	slo                  time.Duration
+	reps                 []*replica
+	s                    *sched.Scheduler
+	idx                  map[*sched.Backend]int
+	now                  time.Duration
+	ttft                 []time.Duration
+	warm, next, done     int
+	promptTok, cachedTok float64
+}
+
+// build makes a replica (engine) and a scheduler backend per fleet member.
+func (f *fleetRun) build(opt Options, policy string, clock func() time.Time) error {
 	var bs []*sched.Backend
+	f.idx = map[*sched.Backend]int{}
 	for i, r := range opt.Fleet {
 		d, err := sim.Resolve(nil, r.Config)
 		if err != nil {
-			return Row{}, fmt.Errorf("replica %s: %w", r.Name, err)
+			return fmt.Errorf("replica %s: %w", r.Name, err)
 		}
-		reps[i] = &replica{eng: sim.NewEngine(d)}
+		f.reps = append(f.reps, &replica{eng: sim.NewEngine(d)})
 		// The prefix index's capacity mirrors the replica's KV cache, in
 		// the gateway's 64-token blocks.
 		capBlocks := d.NumBlocks * d.BlockSize / (sched.DefaultBlockBytes / 4)
-		bs = append(bs, sched.NewBackend(sched.BackendSpec{Name: r.Name, PrefixBlocks: max(capBlocks, 1)}))
+		b := sched.NewBackend(sched.BackendSpec{Name: r.Name, PrefixBlocks: max(capBlocks, 1)})
+		bs = append(bs, b)
+		f.idx[b] = i
 	}
 	s, err := sched.New(sched.Options{Policy: policy, Now: clock, Seed: opt.Seed}, bs)
-	if err != nil {
-		return Row{}, err
-	}
-	idx := map[*sched.Backend]int{}
-	for i, b := range bs {
-		idx[b] = i
-	}
-	ttft := make([]time.Duration, len(reqs))
-	for i := range ttft {
-		ttft[i] = -1
-	}
-	var promptTok, cachedTok float64
-	warm := len(reqs) / 10
-	next := 0
-	done := 0
-	step := func(rp *replica) {
-		if rp.eng.HasWork() {
-			rp.result = rp.eng.Step(now)
-			rp.busy, rp.end = true, rp.result.End
-			if rp.end <= now {
-				// A zero-length step would stall the clock.
-				rp.end = now + time.Microsecond
-			}
-		} else {
-			rp.busy = false
-		}
-	}
-	for done < len(reqs) {
-		// Next event: an arrival or the earliest step end.
+	f.s = s
+	return err
+}
+
+// run advances the clock from event to event (an arrival or the earliest
+// step end) until every request has finished.
+func (f *fleetRun) run() error {
+	for f.done < len(f.reqs) {
 		ta := time.Duration(math.MaxInt64)
-		if next < len(reqs) {
-			ta = reqs[next].at
+		if f.next < len(f.reqs) {
+			ta = f.reqs[f.next].at
 		}
 		ri, te := -1, time.Duration(math.MaxInt64)
-		for i, rp := range reps {
+		for i, rp := range f.reps {
 			if rp.busy && rp.end < te {
 				ri, te = i, rp.end
 			}
 		}
-		if ri < 0 && next >= len(reqs) {
-			return Row{}, fmt.Errorf("%d requests never finished", len(reqs)-done)
+		if ri < 0 && f.next >= len(f.reqs) {
+			return fmt.Errorf("%d requests never finished", len(f.reqs)-f.done)
 		}
 		if ta <= te {
-			now = ta
-			rq := &reqs[next]
-			t, err := s.Pick(&sched.Request{Model: "m", PromptTokens: len(rq.tokens), Blocks: rq.blocks, SLO: opt.SLO, Class: sloclass.Chat})
-			if err != nil {
-				return Row{}, err
-			}
-			rp := reps[idx[t.Backend]]
-			seq, err := rp.eng.NewSeq(len(rq.tokens), rq.output, rq.tokens)
-			if err != nil {
-				return Row{}, err
-			}
-			seq.Tag = &inflight{t: t, req: rq, i: next}
-			rp.eng.Add(seq, now)
-			next++
-			if !rp.busy {
-				step(rp)
+			f.now = ta
+			if err := f.arrive(); err != nil {
+				return err
 			}
 			continue
 		}
-		now = te
-		rp := reps[ri]
-		for _, em := range rp.result.Emits {
-			f := em.Seq.Tag.(*inflight)
-			if em.First {
-				f.t.FirstToken()
-				ttft[f.i] = now - f.req.at
-				if f.i >= warm {
-					promptTok += float64(em.Seq.PromptLen)
-					cachedTok += float64(em.Seq.CachedTokens)
-				}
-			}
-			if em.Finished {
-				f.t.End(sched.OutcomeOK)
-				done++
+		f.now = te
+		f.stepEnded(f.reps[ri])
+	}
+	return nil
+}
+
+// arrive routes the next request and hands it to its replica's engine.
+func (f *fleetRun) arrive() error {
+	rq := &f.reqs[f.next]
+	t, err := f.s.Pick(&sched.Request{Model: "m", PromptTokens: len(rq.tokens), Blocks: rq.blocks, SLO: f.slo, Class: sloclass.Chat})
+	if err != nil {
+		return err
+	}
+	rp := f.reps[f.idx[t.Backend]]
+	seq, err := rp.eng.NewSeq(len(rq.tokens), rq.output, rq.tokens)
+	if err != nil {
+		return err
+	}
+	seq.Tag = &inflight{t: t, req: rq, i: f.next}
+	rp.eng.Add(seq, f.now)
+	f.next++
+	if !rp.busy {
+		f.step(rp)
+	}
+	return nil
+}
+
+// stepEnded tells the scheduler of the step's first tokens and finished
+// requests, as the gateway would see them, and starts the next step.
+func (f *fleetRun) stepEnded(rp *replica) {
+	for _, em := range rp.result.Emits {
+		fl := em.Seq.Tag.(*inflight)
+		if em.First {
+			fl.t.FirstToken()
+			f.ttft[fl.i] = f.now - fl.req.at
+			if fl.i >= f.warm {
+				f.promptTok += float64(em.Seq.PromptLen)
+				f.cachedTok += float64(em.Seq.CachedTokens)
 			}
 		}
-		step(rp)
+		if em.Finished {
+			fl.t.End(sched.OutcomeOK)
+			f.done++
+		}
 	}
-	scored := ttft[warm:]
+	f.step(rp)
+}
+
+func (f *fleetRun) step(rp *replica) {
+	if !rp.eng.HasWork() {
+		rp.busy = false
+		return
+	}
+	rp.result = rp.eng.Step(f.now)
+	rp.busy, rp.end = true, rp.result.End
+	if rp.end <= f.now {
+		// A zero-length step would stall the clock.
+		rp.end = f.now + time.Microsecond
+	}
+}
+
+// row scores the requests after the warm-up. Percentiles are
+// stats.Quantile's, as every other ttft P95.
+func (f *fleetRun) row(policy string, rate float64) Row {
+	scored := f.ttft[f.warm:]
 	xs := make([]float64, len(scored))
 	met := 0
 	for i, d := range scored {
 		xs[i] = d.Seconds()
-		if d <= opt.SLO {
+		if d <= f.slo {
 			met++
 		}
 	}
 	slices.Sort(xs)
-	dur := (reqs[len(reqs)-1].at - reqs[warm].at).Seconds()
+	dur := (f.reqs[len(f.reqs)-1].at - f.reqs[f.warm].at).Seconds()
 	mean := 0.0
 	for _, x := range xs {
 		mean += x
@@ -273,20 +316,11 @@ func runOne(opt Options, policy string, rate float64, reqs []request) (Row, erro
 	mean /= float64(len(xs))
 	return Row{
 		Policy: policy, Rate: rate, N: len(xs),
-		Mean: secs(mean), P50: secs(quantile(xs, 0.5)), P95: secs(quantile(xs, 0.95)), P99: secs(quantile(xs, 0.99)),
+		Mean: secs(mean), P50: secs(stats.Quantile(xs, 0.5)), P95: secs(stats.Quantile(xs, 0.95)), P99: secs(stats.Quantile(xs, 0.99)),
 		Attainment: float64(met) / float64(len(xs)),
 		Goodput:    float64(met) / dur,
-		CacheHit:   cachedTok / max(promptTok, 1),
-	}, nil
-}
-
-// quantile is the nearest-rank quantile of sorted xs.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
+		CacheHit:   f.cachedTok / max(f.promptTok, 1),
 	}
-	k := int(math.Ceil(q*float64(len(xs)))) - 1
-	return xs[max(k, 0)]
 }
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
