@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/ttft-dev/ttft/internal/sloclass"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,8 +32,6 @@ type metrics struct {
 	cost       *prometheus.CounterVec
 }
 
-// ttftBuckets cover 5 ms to 30 s; SLO targets (120/320/650 ms) fall on or
-// near bucket bounds so attainment can be read off the histogram.
 // Native (sparse) histograms beside the classic buckets, with the settings
 // of package telemetry's histograms (not imported: it would pull the
 // workload and tokenizer code into the gateway).
@@ -42,13 +41,11 @@ const (
 	nativeMinReset   = time.Hour
 )
 
-var ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.15, 0.2, 0.25, 0.32, 0.4, 0.5, 0.65, 0.8, 1, 1.5, 2, 3, 5, 10, 30}
-
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	m := &metrics{
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ttft_gateway_ttft_seconds", Help: "Time to first token seen through the gateway, from request arrival.",
-			Buckets:                     ttftBuckets,
+			Buckets:                     sloclass.TTFTBuckets(), // bench's too; every SLO class's target is a bound
 			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
 		}, []string{"backend", "slo_class"}),
 		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{

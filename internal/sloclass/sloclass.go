@@ -97,3 +97,13 @@ func Targets() string {
 func Describe() string {
 	return fmt.Sprintf("%s (%s P95 TTFT)", strings.Join(Names(), "|"), Targets())
 }
+
+// TTFTBuckets are the classic histogram bounds, in seconds, of every TTFT
+// histogram ttft exports (bench's client-side ones, the gateway's): dense
+// where TTFT SLOs live (100 ms – 2 s), with each class's TTFT target as a
+// bound, so that attainment reads off a histogram exactly. Prometheus
+// servers without native-histogram scraping see only these. A new slice
+// each call.
+func TTFTBuckets() []float64 {
+	return []float64{.005, .01, .02, .04, .06, .08, .1, .12, .15, .2, .25, .3, .32, .4, .5, .65, .75, 1, 1.5, 2, 2.5, 5, 7.5, 10, 20, 40, 80}
+}

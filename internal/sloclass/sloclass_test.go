@@ -1,6 +1,7 @@
 package sloclass
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,5 +32,21 @@ func TestClasses(t *testing.T) {
 			t.Errorf("class %+v: want increasing TTFT targets, E2E above TTFT, a product", c)
 		}
 		prev = c.TTFT
+	}
+}
+
+func TestTTFTBucketsHoldEveryTarget(t *testing.T) {
+	b := TTFTBuckets()
+	if !slices.IsSorted(b) {
+		t.Fatalf("buckets not sorted: %v", b)
+	}
+	for _, c := range All() {
+		if !slices.Contains(b, c.TTFT.Seconds()) {
+			t.Errorf("class %s's TTFT target %v is not a bucket bound", c.Name, c.TTFT)
+		}
+	}
+	b[0] = 42
+	if TTFTBuckets()[0] == 42 {
+		t.Error("callers share the slice")
 	}
 }

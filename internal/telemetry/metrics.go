@@ -12,14 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/sloclass"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
 // Classic bucket boundaries in seconds. Prometheus servers without native
 // histogram scraping (2.42, the Debian package) only see these, so they are
-// dense where TTFT SLOs live (100 ms – 2 s).
+// dense where TTFT SLOs live (100 ms – 2 s); TTFT's are the gateway's too
+// (sloclass.TTFTBuckets).
 var (
-	TTFTBuckets = []float64{.005, .01, .02, .04, .06, .08, .1, .15, .2, .25, .3, .4, .5, .75, 1, 1.5, 2, 2.5, 5, 7.5, 10, 20, 40, 80}
+	TTFTBuckets = sloclass.TTFTBuckets()
 	ITLBuckets  = []float64{.001, .0025, .005, .01, .015, .02, .025, .03, .04, .05, .075, .1, .15, .2, .3, .4, .5, .75, 1, 2.5, 5}
 	E2EBuckets  = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 300}
 )
