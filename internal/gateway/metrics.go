@@ -1,12 +1,12 @@
 package gateway
 
 import (
-	"github.com/ttft-dev/ttft/internal/sloclass"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/sloclass"
 )
 
 // metrics are the gateway's Prometheus series, all prefixed ttft_gateway_.
