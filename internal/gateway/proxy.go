@@ -52,37 +52,16 @@ const (
 	HeaderAttempts = "X-Ttft-Attempts"
 )
 
-// contentText flattens a message content that is either a string or an
-// array of parts ({"type":"text","text":...}): OpenAI and Anthropic both
-// allow both shapes, and the same text must hash alike in all four.
+// contentText is a message content's or a prompt's text (wire.ContentText;
+// a completions prompt may also be an array of strings), so that the same
+// text hashes alike in all four request shapes.
 func contentText(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return ""
+	if t, ok := wire.ContentText(raw); ok {
+		return t
 	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	case '[':
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(raw, &parts) == nil {
-			var b strings.Builder
-			for _, p := range parts {
-				b.WriteString(p.Text)
-			}
-			return b.String()
-		}
-		// A completions prompt may be an array of strings.
-		var ss []string
-		if json.Unmarshal(raw, &ss) == nil {
-			return strings.Join(ss, "")
-		}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		return strings.Join(ss, "")
 	}
 	return ""
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/wire"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
@@ -442,28 +443,13 @@ func (s *Server) chatBase(text string, ids []int) []int {
 	return s.tok.Encode(text + "\n")
 }
 
-// text extracts a message's text: a string, or an array of parts whose
-// "text" fields are joined.
+// text extracts a message's text (wire.ContentText).
 func (m oaMessage) text() (string, error) {
-	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(m.Content, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(m.Content, &parts); err != nil {
+	t, ok := wire.ContentText(m.Content)
+	if !ok {
 		return "", fmt.Errorf("content must be a string or an array of parts")
 	}
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
+	return t, nil
 }
 
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
