@@ -231,28 +231,30 @@ func anthropicText(raw json.RawMessage, field string) (string, error) {
 
 // ---- OpenAI request → Anthropic request ----
 
+type openAIMessageIn struct {
+	Role         string          `json:"role"`
+	Content      json.RawMessage `json:"content"`
+	ToolCalls    json.RawMessage `json:"tool_calls"`
+	FunctionCall json.RawMessage `json:"function_call"`
+}
+
 type openAIRequestIn struct {
-	Model    string `json:"model"`
-	Stream   *bool  `json:"stream"`
-	Messages []struct {
-		Role         string          `json:"role"`
-		Content      json.RawMessage `json:"content"`
-		ToolCalls    json.RawMessage `json:"tool_calls"`
-		FunctionCall json.RawMessage `json:"function_call"`
-	} `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         json.RawMessage `json:"temperature"`
-	TopP                json.RawMessage `json:"top_p"`
-	TopK                json.RawMessage `json:"top_k"` // vLLM's extension
-	Stop                json.RawMessage `json:"stop"`
-	N                   *float64        `json:"n"`
-	Tools               json.RawMessage `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	Functions           json.RawMessage `json:"functions"`
-	FunctionCall        json.RawMessage `json:"function_call"`
-	Logprobs            *bool           `json:"logprobs"`
-	TopLogprobs         json.RawMessage `json:"top_logprobs"`
+	Model               string            `json:"model"`
+	Stream              *bool             `json:"stream"`
+	Messages            []openAIMessageIn `json:"messages"`
+	MaxTokens           *int              `json:"max_tokens"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	Temperature         json.RawMessage   `json:"temperature"`
+	TopP                json.RawMessage   `json:"top_p"`
+	TopK                json.RawMessage   `json:"top_k"` // vLLM's extension
+	Stop                json.RawMessage   `json:"stop"`
+	N                   *float64          `json:"n"`
+	Tools               json.RawMessage   `json:"tools"`
+	ToolChoice          json.RawMessage   `json:"tool_choice"`
+	Functions           json.RawMessage   `json:"functions"`
+	FunctionCall        json.RawMessage   `json:"function_call"`
+	Logprobs            *bool             `json:"logprobs"`
+	TopLogprobs         json.RawMessage   `json:"top_logprobs"`
 	ResponseFormat      *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
@@ -288,31 +290,15 @@ type anthropicRequestOut struct {
 	Stream        bool                  `json:"stream,omitempty"`
 }
 
+const noTools = " (tool calling is not translated)"
+
 func openAIToAnthropicRequest(body []byte) ([]byte, error) {
 	var in openAIRequestIn
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("decoding OpenAI request: %w", err)
 	}
-	const noTools = " (tool calling is not translated)"
-	switch {
-	case in.N != nil && *in.N > 1:
-		return nil, fmt.Errorf("n: %v choices cannot be translated to the Anthropic API, which returns one", *in.N)
-	case present(in.Tools):
-		return nil, errors.New("tools: cannot be translated to the Anthropic API" + noTools)
-	case present(in.ToolChoice):
-		return nil, errors.New("tool_choice: cannot be translated to the Anthropic API" + noTools)
-	case present(in.Functions):
-		return nil, errors.New("functions: cannot be translated to the Anthropic API" + noTools)
-	case present(in.FunctionCall):
-		return nil, errors.New("function_call: cannot be translated to the Anthropic API" + noTools)
-	case in.Logprobs != nil && *in.Logprobs:
-		return nil, errors.New("logprobs: the Anthropic API returns no log probabilities")
-	case present(in.TopLogprobs):
-		return nil, errors.New("top_logprobs: the Anthropic API returns no log probabilities")
-	case in.ResponseFormat != nil && in.ResponseFormat.Type != "" && in.ResponseFormat.Type != "text":
-		return nil, fmt.Errorf("response_format: %q cannot be translated to the Anthropic API", in.ResponseFormat.Type)
-	case present(in.Audio):
-		return nil, errors.New("audio: the Anthropic API has no audio output")
+	if err := untranslatableOpenAI(&in); err != nil {
+		return nil, err
 	}
 	out := anthropicRequestOut{
 		Model:       in.Model,
@@ -336,40 +322,64 @@ func openAIToAnthropicRequest(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	out.StopSequences = stop
+	if out.System, out.Messages, err = anthropicTurns(in.Messages); err != nil {
+		return nil, err
+	}
+	b, err := marshalJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("encoding Anthropic request: %w", err)
+	}
+	return b, nil
+}
 
-	// System and developer messages, wherever they are, become the
-	// top-level system prompt: Anthropic has no system turns.
+// untranslatableOpenAI refuses, naming the field, what the Anthropic API
+// cannot carry.
+func untranslatableOpenAI(in *openAIRequestIn) error {
+	switch {
+	case in.N != nil && *in.N > 1:
+		return fmt.Errorf("n: %v choices cannot be translated to the Anthropic API, which returns one", *in.N)
+	case present(in.Tools):
+		return errors.New("tools: cannot be translated to the Anthropic API" + noTools)
+	case present(in.ToolChoice):
+		return errors.New("tool_choice: cannot be translated to the Anthropic API" + noTools)
+	case present(in.Functions):
+		return errors.New("functions: cannot be translated to the Anthropic API" + noTools)
+	case present(in.FunctionCall):
+		return errors.New("function_call: cannot be translated to the Anthropic API" + noTools)
+	case in.Logprobs != nil && *in.Logprobs:
+		return errors.New("logprobs: the Anthropic API returns no log probabilities")
+	case present(in.TopLogprobs):
+		return errors.New("top_logprobs: the Anthropic API returns no log probabilities")
+	case in.ResponseFormat != nil && in.ResponseFormat.Type != "" && in.ResponseFormat.Type != "text":
+		return fmt.Errorf("response_format: %q cannot be translated to the Anthropic API", in.ResponseFormat.Type)
+	case present(in.Audio):
+		return errors.New("audio: the Anthropic API has no audio output")
+	}
+	return nil
+}
+
+// anthropicTurns turns OpenAI chat messages into Anthropic's system prompt
+// and alternating turns. System and developer messages, wherever they
+// are, become the top-level system prompt: Anthropic has no system turns.
+func anthropicTurns(msgs []openAIMessageIn) (string, []anthropicMessageOut, error) {
 	var system []string
 	type run struct {
 		role  string
 		texts []string
 	}
 	var runs []run
-	for i, m := range in.Messages {
+	for i, m := range msgs {
 		field := "messages[" + strconv.Itoa(i) + "]"
-		switch m.Role {
-		case "system", "developer", "user", "assistant":
-		case "tool", "function":
-			return nil, fmt.Errorf("%s.role: %q messages cannot be translated to the Anthropic API%s", field, m.Role, noTools)
-		default:
-			return nil, fmt.Errorf("%s.role: %q is not an OpenAI chat role", field, m.Role)
-		}
-		if present(m.ToolCalls) {
-			return nil, fmt.Errorf("%s.tool_calls: cannot be translated to the Anthropic API%s", field, noTools)
-		}
-		if present(m.FunctionCall) {
-			return nil, fmt.Errorf("%s.function_call: cannot be translated to the Anthropic API%s", field, noTools)
-		}
-		text, err := openAIText(m.Content, field+".content")
+		text, err := openAITurnText(m, field)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		if m.Role == "system" || m.Role == "developer" {
 			system = append(system, text)
 			continue
 		}
 		if len(runs) == 0 && m.Role == "assistant" {
-			return nil, fmt.Errorf("%s: the Anthropic API requires the conversation to start with a user message, not an assistant one", field)
+			return "", nil, fmt.Errorf("%s: the Anthropic API requires the conversation to start with a user message, not an assistant one", field)
 		}
 		// Anthropic requires user and assistant turns to alternate:
 		// consecutive messages of one role become one message with a
@@ -381,33 +391,50 @@ func openAIToAnthropicRequest(body []byte) ([]byte, error) {
 		runs = append(runs, run{m.Role, []string{text}})
 	}
 	if len(runs) == 0 {
-		return nil, errors.New("messages: the Anthropic API requires at least one user message")
+		return "", nil, errors.New("messages: the Anthropic API requires at least one user message")
 	}
-	out.System = strings.Join(system, "\n\n")
-	out.Messages = make([]anthropicMessageOut, len(runs))
+	out := make([]anthropicMessageOut, len(runs))
 	for i, r := range runs {
-		if len(r.texts) == 1 {
-			out.Messages[i] = anthropicMessageOut{Role: r.role, Content: r.texts[0]}
-			continue
-		}
-		// Anthropic refuses empty text blocks.
-		blocks := make([]anthropicTextBlock, 0, len(r.texts))
-		for _, t := range r.texts {
-			if t != "" {
-				blocks = append(blocks, anthropicTextBlock{Type: "text", Text: t})
-			}
-		}
-		if len(blocks) == 0 {
-			out.Messages[i] = anthropicMessageOut{Role: r.role, Content: ""}
-			continue
-		}
-		out.Messages[i] = anthropicMessageOut{Role: r.role, Content: blocks}
+		out[i] = anthropicTurn(r.role, r.texts)
 	}
-	b, err := marshalJSON(out)
-	if err != nil {
-		return nil, fmt.Errorf("encoding Anthropic request: %w", err)
+	return strings.Join(system, "\n\n"), out, nil
+}
+
+// openAITurnText is one OpenAI message's text, refusing roles and fields
+// that cannot be translated.
+func openAITurnText(m openAIMessageIn, field string) (string, error) {
+	switch m.Role {
+	case "system", "developer", "user", "assistant":
+	case "tool", "function":
+		return "", fmt.Errorf("%s.role: %q messages cannot be translated to the Anthropic API%s", field, m.Role, noTools)
+	default:
+		return "", fmt.Errorf("%s.role: %q is not an OpenAI chat role", field, m.Role)
 	}
-	return b, nil
+	if present(m.ToolCalls) {
+		return "", fmt.Errorf("%s.tool_calls: cannot be translated to the Anthropic API%s", field, noTools)
+	}
+	if present(m.FunctionCall) {
+		return "", fmt.Errorf("%s.function_call: cannot be translated to the Anthropic API%s", field, noTools)
+	}
+	return openAIText(m.Content, field+".content")
+}
+
+// anthropicTurn is one Anthropic message of a role's consecutive texts:
+// one string, or a text block each (Anthropic refuses empty blocks).
+func anthropicTurn(role string, texts []string) anthropicMessageOut {
+	if len(texts) == 1 {
+		return anthropicMessageOut{Role: role, Content: texts[0]}
+	}
+	blocks := make([]anthropicTextBlock, 0, len(texts))
+	for _, t := range texts {
+		if t != "" {
+			blocks = append(blocks, anthropicTextBlock{Type: "text", Text: t})
+		}
+	}
+	if len(blocks) == 0 {
+		return anthropicMessageOut{Role: role, Content: ""}
+	}
+	return anthropicMessageOut{Role: role, Content: blocks}
 }
 
 // stopSequences reads OpenAI's "stop": a string or an array of strings.
