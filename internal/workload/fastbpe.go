@@ -38,106 +38,112 @@ func splitCl100k(s string, emit func(a, b int)) { splitTiktokenStyle(s, 3, emit)
 // splitTiktokenStyle implements cl100k's pattern with numbers grouped by up
 // to maxDigits.
 func splitTiktokenStyle(s string, maxDigits int, emit func(a, b int)) {
-	for i := 0; i < len(s); {
-		j := tiktokenPiece(s, i, maxDigits)
+	at := func(i int) (rune, int) {
+		if i >= len(s) {
+			return -1, 0
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		return r, n
+	}
+	i := 0
+	for i < len(s) {
+		r, n := at(i)
+		// (?i:'s|'t|'re|'ve|'m|'ll|'d)
+		if r == '\'' {
+			if m := contraction(s[i+1:]); m > 0 {
+				emit(i, i+1+m)
+				i += 1 + m
+				continue
+			}
+		}
+		// [^\r\n\p{L}\p{N}]?\p{L}+
+		if isL(r) {
+			j := i + n
+			for {
+				r2, n2 := at(j)
+				if r2 < 0 || !isL(r2) {
+					break
+				}
+				j += n2
+			}
+			emit(i, j)
+			i = j
+			continue
+		}
+		if !isNL(r) && !isN(r) {
+			if r2, n2 := at(i + n); r2 >= 0 && isL(r2) {
+				j := i + n + n2
+				for {
+					r3, n3 := at(j)
+					if r3 < 0 || !isL(r3) {
+						break
+					}
+					j += n3
+				}
+				emit(i, j)
+				i = j
+				continue
+			}
+		}
+		// \p{N}{1,3}
+		if isN(r) {
+			j := i + n
+			for k := 1; k < maxDigits; k++ {
+				r2, n2 := at(j)
+				if r2 < 0 || !isN(r2) {
+					break
+				}
+				j += n2
+			}
+			emit(i, j)
+			i = j
+			continue
+		}
+		// ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+		{
+			j := i
+			if r == ' ' {
+				j += n
+			}
+			k := j
+			for {
+				r2, n2 := at(k)
+				if r2 < 0 || isS(r2) || isL(r2) || isN(r2) {
+					break
+				}
+				k += n2
+			}
+			if k > j {
+				for {
+					r2, n2 := at(k)
+					if r2 < 0 || !isNL(r2) {
+						break
+					}
+					k += n2
+				}
+				emit(i, k)
+				i = k
+				continue
+			}
+		}
+		// The rest start with whitespace (anything else matched above).
+		j := whitespaceEnd(s, i)
 		emit(i, j)
 		i = j
 	}
 }
 
-// tiktokenPiece is the end of the piece that starts at i: the pattern's
-// alternatives in order.
-func tiktokenPiece(s string, i, maxDigits int) int {
-	r, n := runeAt(s, i)
-	// (?i:'s|'t|'re|'ve|'m|'ll|'d)
-	if r == '\'' {
-		if m := contraction(s[i+1:]); m > 0 {
-			return i + 1 + m
-		}
-	}
-	// [^\r\n\p{L}\p{N}]?\p{L}+
-	if isL(r) {
-		return skipLetters(s, i+n)
-	}
-	if !isNL(r) && !isN(r) {
-		if r2, n2 := runeAt(s, i+n); r2 >= 0 && isL(r2) {
-			return skipLetters(s, i+n+n2)
-		}
-	}
-	// \p{N}{1,3}
-	if isN(r) {
-		j := i + n
-		for k := 1; k < maxDigits; k++ {
-			r2, n2 := runeAt(s, j)
-			if r2 < 0 || !isN(r2) {
-				break
-			}
-			j += n2
-		}
-		return j
-	}
-	// ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-	if k := punctuation(s, i, r, n); k > i {
-		return k
-	}
-	// The rest start with whitespace (anything else matched above).
-	return whitespace(s, i)
-}
-
-func runeAt(s string, i int) (rune, int) {
-	if i >= len(s) {
-		return -1, 0
-	}
-	return utf8.DecodeRuneInString(s[i:])
-}
-
-// skipLetters is the end of the run of letters from j.
-func skipLetters(s string, j int) int {
-	for {
-		r, n := runeAt(s, j)
-		if r < 0 || !isL(r) {
-			return j
-		}
-		j += n
-	}
-}
-
-// punctuation matches ` ?[^\s\p{L}\p{N}]+[\r\n]*` at i (r, n: the rune
-// there); i when it does not.
-func punctuation(s string, i int, r rune, n int) int {
-	j := i
-	if r == ' ' {
-		j += n
-	}
-	k := j
-	for {
-		r2, n2 := runeAt(s, k)
-		if r2 < 0 || isS(r2) || isL(r2) || isN(r2) {
-			break
-		}
-		k += n2
-	}
-	if k == j {
-		return i
-	}
-	for {
-		r2, n2 := runeAt(s, k)
-		if r2 < 0 || !isNL(r2) {
-			return k
-		}
-		k += n2
-	}
-}
-
-// whitespace matches the whitespace alternatives at i: \s*[\r\n]+, then
-// \s+(?!\S), then \s+.
-func whitespace(s string, i int) int {
+// whitespaceEnd matches the pattern's whitespace alternatives at i, in
+// order: \s*[\r\n]+ (up to the run's last line break), \s+(?!\S) (the
+// whole run at the end of text, else all but its last character when that
+// leaves at least one), then \s+.
+func whitespaceEnd(s string, i int) int {
 	j := i
 	lastNL := -1
 	prev := i
-	for {
-		r2, n2 := runeAt(s, j)
-		if r2 < 0 || !isS(r2) {
+	for j < len(s) {
+		r2, n2 := utf8.DecodeRuneInString(s[j:])
+		if !isS(r2) {
 			break
 		}
 		if isNL(r2) {
@@ -148,13 +154,10 @@ func whitespace(s string, i int) int {
 	}
 	switch {
 	case lastNL > 0:
-		// Up to the last line break of the run.
 		return lastNL
 	case j >= len(s):
-		// The whole run at the end of text.
 		return j
 	case prev > i:
-		// All but its last character when that leaves at least one.
 		return prev
 	}
 	return j
