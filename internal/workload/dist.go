@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Dist is a distribution of token counts. In YAML it is either a number

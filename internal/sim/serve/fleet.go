@@ -7,7 +7,7 @@ import (
 	"net"
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // FleetFile is the YAML form of a heterogeneous fleet:
