@@ -19,6 +19,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/gguf"
 	"github.com/ttft-dev/ttft/internal/testutil"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // HowToGet tells a user how to install the engine the tests need.
@@ -203,11 +204,8 @@ func (o *Ollama) Create(t testing.TB, name string, c gguf.Config) *gguf.Vocab {
 	return v
 }
 
-// Message is a chat message in both APIs.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+// Message is a chat message in both APIs (native and OpenAI-compatible).
+type Message = wire.TextMessage
 
 // NativeResult is /api/chat's final answer; durations are nanoseconds.
 type NativeResult struct {
@@ -292,18 +290,7 @@ func readOpenAIStream(r io.Reader, start time.Time) (*StreamResult, error) {
 			res.SawDone = true
 			break
 		}
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				PromptTokens     int `json:"prompt_tokens"`
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
+		var chunk wire.ChatCompletionChunk
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			return nil, fmt.Errorf("decoding stream chunk %q: %w", data, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/jsonscan"
+	"github.com/ttft-dev/ttft/internal/wire"
 )
 
 // parsedRequest is what the gateway reads from an OpenAI or Anthropic
@@ -36,18 +37,17 @@ func parseRequest(body []byte) (parsedRequest, error) {
 	return parseRequestJSON(body)
 }
 
-// requestBody is the part of a request encoding/json decodes.
+// requestBody is the part of a request encoding/json decodes: one view
+// across OpenAI chat, completions and Anthropic bodies, with the ints the
+// scanner mirrors, so not wire.ChatCompletionRequest (a server's reading).
 type requestBody struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	System              json.RawMessage `json:"system"`
-	Prompt              json.RawMessage `json:"prompt"`
-	MaxTokens           int             `json:"max_tokens"`
-	MaxCompletionTokens int             `json:"max_completion_tokens"`
+	Model               string             `json:"model"`
+	Stream              bool               `json:"stream"`
+	Messages            []wire.ChatMessage `json:"messages"`
+	System              json.RawMessage    `json:"system"`
+	Prompt              json.RawMessage    `json:"prompt"`
+	MaxTokens           int                `json:"max_tokens"`
+	MaxCompletionTokens int                `json:"max_completion_tokens"`
 }
 
 // parseRequestJSON is the reference decoding with encoding/json.

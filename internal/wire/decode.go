@@ -57,43 +57,9 @@ func NewDecoder(api API) Decoder {
 
 var doneMarker = []byte("[DONE]")
 
+// openAIDecoder reads ChatCompletionChunk events (shapes.go), the usual
+// token chunk on the fast path (fastpath.go).
 type openAIDecoder struct{ model string }
-
-// openAIChunk covers chat.completion.chunk and text_completion chunks as
-// sent by OpenAI, vLLM, SGLang, TGI, llama.cpp and Ollama, plus the error
-// shapes they use inside a stream.
-type openAIChunk struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Delta struct {
-			Role             string `json:"role"`
-			Content          string `json:"content"`
-			ReasoningContent string `json:"reasoning_content"`
-			Reasoning        string `json:"reasoning"`
-			ToolCalls        []struct {
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		Text         string  `json:"text"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-	// {"error": {...}} (OpenAI, SGLang, llama.cpp) or {"error": "msg"} (TGI).
-	Error json.RawMessage `json:"error"`
-	// vLLM's {"object":"error","message":...}.
-	Object  string             `json:"object"`
-	Message string             `json:"message"`
-	Timings map[string]float64 `json:"timings"`
-}
 
 func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	*c = Chunk{}
@@ -118,7 +84,7 @@ func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
 
 // decodeSlow is the encoding/json path for every event shape.
 func decodeSlow(d *openAIDecoder, data []byte, c *Chunk) error {
-	var ch openAIChunk
+	var ch ChatCompletionChunk
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return fmt.Errorf("malformed stream chunk %q: %w", truncate(data, 120), err)
 	}
@@ -148,11 +114,8 @@ func decodeSlow(d *openAIDecoder, data []byte, c *Chunk) error {
 			c.Finish = *cc.FinishReason
 		}
 	}
-	if u := ch.Usage; u != nil {
-		c.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-		if u.PromptTokensDetails != nil {
-			c.Usage.CachedPromptTokens = u.PromptTokensDetails.CachedTokens
-		}
+	if ch.Usage != nil {
+		c.Usage = ch.Usage.usage()
 	}
 	if len(ch.Timings) > 0 {
 		c.Timings = ch.Timings
@@ -160,39 +123,8 @@ func decodeSlow(d *openAIDecoder, data []byte, c *Chunk) error {
 	return nil
 }
 
+// anthropicDecoder reads AnthropicStreamEvent events (shapes.go).
 type anthropicDecoder struct{ usage Usage }
-
-type anthropicEvent struct {
-	Type    string `json:"type"`
-	Message *struct {
-		Model string `json:"model"`
-		Usage *struct {
-			InputTokens              int `json:"input_tokens"`
-			OutputTokens             int `json:"output_tokens"`
-			CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-			CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-		} `json:"usage"`
-	} `json:"message"`
-	ContentBlock *struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	} `json:"content_block"`
-	Delta *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		Thinking    string `json:"thinking"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
-	} `json:"delta"`
-	Usage *struct {
-		OutputTokens int `json:"output_tokens"`
-		InputTokens  int `json:"input_tokens"`
-	} `json:"usage"`
-	Error *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
 
 func (d *anthropicDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	*c = Chunk{}
@@ -200,7 +132,7 @@ func (d *anthropicDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	if len(data) == 0 {
 		return nil
 	}
-	var e anthropicEvent
+	var e AnthropicStreamEvent
 	if err := json.Unmarshal(data, &e); err != nil {
 		return fmt.Errorf("malformed %s event %q: %w", eventName(ev), truncate(data, 120), err)
 	}
@@ -215,7 +147,7 @@ func (d *anthropicDecoder) Decode(ev *sse.Event, c *Chunk) error {
 			c.Model = e.Message.Model
 			if u := e.Message.Usage; u != nil {
 				// Anthropic counts cached reads apart from input_tokens.
-				d.usage.PromptTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+				d.usage.PromptTokens = u.PromptTokens()
 				d.usage.CachedPromptTokens = u.CacheReadInputTokens
 				d.usage.CompletionTokens = u.OutputTokens
 			}

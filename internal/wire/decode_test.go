@@ -158,7 +158,7 @@ func FuzzFastPathAgrees(f *testing.F) {
 		if !fastOpenAI(data, &fast, &openAIDecoder{}) {
 			return
 		}
-		var ch openAIChunk
+		var ch ChatCompletionChunk
 		if err := json.Unmarshal(data, &ch); err != nil {
 			t.Fatalf("fast path accepted invalid JSON %q: %+v", data, fast)
 		}

@@ -98,7 +98,9 @@ func (a API) Path() string {
 	}
 }
 
-// Body builds the JSON body for req.
+// Body builds the JSON body for req. It is a map, not one of the request
+// types of shapes.go, because --extra-body merges any key into it; the
+// messages are the workload's own, whose JSON is TextMessage's.
 func Body(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
 	m := make(map[string]any, 10)
 	m["model"] = opt.Model
@@ -167,7 +169,7 @@ func openAICommon(m map[string]any, req *workload.Request, opt *RequestOptions) 
 		m[field] = req.MaxTokens
 	}
 	if !opt.NoUsage {
-		m["stream_options"] = map[string]any{"include_usage": true}
+		m["stream_options"] = StreamOptions{IncludeUsage: true}
 	}
 	if req.MinTokens > 0 {
 		// vLLM and SGLang extensions that force the output length; only sent
@@ -208,3 +210,7 @@ func NewRequest(ctx context.Context, api API, base string, req *workload.Request
 	}
 	return hr, nil
 }
+
+// workload.Message is sent as a TextMessage: same fields (this conversion
+// compiles only while it is so) and same JSON (TestTextMessageJSON).
+var _ = TextMessage(workload.Message{})

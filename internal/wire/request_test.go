@@ -106,3 +106,13 @@ func TestProvider(t *testing.T) {
 		}
 	}
 }
+
+// TestTextMessageJSON: Body sends workload messages as they are, so their
+// JSON must be TextMessage's.
+func TestTextMessageJSON(t *testing.T) {
+	w, _ := json.Marshal(workload.Message{Role: "user", Content: "hi <&>"})
+	m, _ := json.Marshal(TextMessage{Role: "user", Content: "hi <&>"})
+	if string(w) != string(m) {
+		t.Fatalf("workload.Message %s, TextMessage %s", w, m)
+	}
+}

@@ -7,26 +7,11 @@ import (
 
 // DecodeWhole reads a non-streamed JSON completion (a server or proxy that
 // ignored stream: true) into one chunk: all the text at once, with usage.
+// The answers are ChatCompletion and AnthropicMessage (shapes.go).
 func DecodeWhole(api API, body []byte) (Chunk, error) {
 	var c Chunk
 	if api == Anthropic {
-		var m struct {
-			Model   string `json:"model"`
-			Content []struct {
-				Type     string `json:"type"`
-				Text     string `json:"text"`
-				Thinking string `json:"thinking"`
-			} `json:"content"`
-			StopReason string `json:"stop_reason"`
-			Usage      *struct {
-				InputTokens          int `json:"input_tokens"`
-				OutputTokens         int `json:"output_tokens"`
-				CacheReadInputTokens int `json:"cache_read_input_tokens"`
-			} `json:"usage"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var m AnthropicMessage
 		if err := json.Unmarshal(body, &m); err != nil {
 			return c, fmt.Errorf("malformed JSON completion %q: %w", truncate(body, 120), err)
 		}
@@ -44,31 +29,7 @@ func DecodeWhole(api API, body []byte) (Chunk, error) {
 		}
 		return c, nil
 	}
-	var m struct {
-		Model   string `json:"model"`
-		Choices []struct {
-			Message struct {
-				Content          string `json:"content"`
-				ReasoningContent string `json:"reasoning_content"`
-				Reasoning        string `json:"reasoning"`
-				ToolCalls        []struct {
-					Function struct {
-						Arguments string `json:"arguments"`
-					} `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"message"`
-			Text         string `json:"text"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			CompletionTokens    int `json:"completion_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	}
+	var m ChatCompletion
 	if err := json.Unmarshal(body, &m); err != nil {
 		return c, fmt.Errorf("malformed JSON completion %q: %w", truncate(body, 120), err)
 	}
@@ -87,11 +48,8 @@ func DecodeWhole(api API, body []byte) (Chunk, error) {
 			c.Finish = ch.FinishReason
 		}
 	}
-	if u := m.Usage; u != nil {
-		c.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-		if u.PromptTokensDetails != nil {
-			c.Usage.CachedPromptTokens = u.PromptTokensDetails.CachedTokens
-		}
+	if m.Usage != nil {
+		c.Usage = m.Usage.usage()
 	}
 	return c, nil
 }

@@ -407,26 +407,6 @@ func (st *stream) take(buf []tokenEv) []tokenEv {
 
 // ---- HTTP ----
 
-type oaRequest struct {
-	Model         string          `json:"model"`
-	Messages      []oaMessage     `json:"messages"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxTokens           *int `json:"max_tokens"`
-	MaxCompletionTokens *int `json:"max_completion_tokens"`
-	MinTokens           int  `json:"min_tokens"`
-	IgnoreEOS           bool `json:"ignore_eos"`
-	N                   int  `json:"n"`
-}
-
-type oaMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
 // chatBase is the prompt's tokens as a next turn carries them, followed by
 // the "\n" that joins the messages: the newline can merge with the prompt's
 // last piece ("?\n" is one cl100k token), so only a short tail is
@@ -443,8 +423,8 @@ func (s *Server) chatBase(text string, ids []int) []int {
 	return s.tok.Encode(text + "\n")
 }
 
-// text extracts a message's text (wire.ContentText).
-func (m oaMessage) text() (string, error) {
+// messageText extracts a message's text (wire.ContentText).
+func messageText(m wire.ChatMessage) (string, error) {
 	t, ok := wire.ContentText(m.Content)
 	if !ok {
 		return "", fmt.Errorf("content must be a string or an array of parts")
@@ -576,12 +556,12 @@ func badRequest(msg string) *apiError {
 
 // readRequest reads and checks a generate request's body and makes its
 // engine sequence, refusing what vLLM refuses.
-func (s *Server) readRequest(r *http.Request, chat bool) (*oaRequest, *sim.Seq, *apiError) {
+func (s *Server) readRequest(r *http.Request, chat bool) (*wire.ChatCompletionRequest, *sim.Seq, *apiError) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		return nil, nil, badRequest("reading the request body: " + err.Error())
 	}
-	req := new(oaRequest)
+	req := new(wire.ChatCompletionRequest)
 	if err := json.Unmarshal(body, req); err != nil {
 		return nil, nil, badRequest("invalid JSON body: " + err.Error())
 	}
@@ -618,7 +598,7 @@ func (s *Server) readRequest(r *http.Request, chat bool) (*oaRequest, *sim.Seq, 
 
 // prompt is a request's prompt text (a chat's message contents joined by
 // "\n") and its token IDs (a completion may send the IDs themselves).
-func (s *Server) prompt(req *oaRequest, chat bool) (text string, ids []int, refused *apiError) {
+func (s *Server) prompt(req *wire.ChatCompletionRequest, chat bool) (text string, ids []int, refused *apiError) {
 	if chat {
 		if len(req.Messages) == 0 {
 			return "", nil, badRequest("messages must not be empty")
@@ -626,7 +606,7 @@ func (s *Server) prompt(req *oaRequest, chat bool) (text string, ids []int, refu
 		parts := make([]string, len(req.Messages))
 		for i, m := range req.Messages {
 			var err error
-			if parts[i], err = m.text(); err != nil {
+			if parts[i], err = messageText(m); err != nil {
 				return "", nil, badRequest(fmt.Sprintf("messages[%d]: %v", i, err))
 			}
 		}
@@ -651,7 +631,7 @@ func (s *Server) prompt(req *oaRequest, chat bool) (text string, ids []int, refu
 // outputLimit is a request's output length (max_completion_tokens, else
 // max_tokens, else the server's default), checked against min_tokens and,
 // when the client set it, against the context left after promptLen tokens.
-func (s *Server) outputLimit(req *oaRequest, promptLen int) (int, *apiError) {
+func (s *Server) outputLimit(req *wire.ChatCompletionRequest, promptLen int) (int, *apiError) {
 	maxTok := s.cfg.DefaultMaxTokens
 	explicit := false
 	for _, p := range []*int{req.MaxCompletionTokens, req.MaxTokens} {
@@ -932,6 +912,7 @@ func (o *responder) whole(ctx context.Context, st *stream) {
 			panic(http.ErrAbortHandler)
 		}
 		text := sim.OutputText(o.seq.ID, ev.out)
+		// vLLM's answer, from maps (keys in sorted order): not a wire type.
 		var choice map[string]any
 		obj := "text_completion"
 		if o.chat {

@@ -13,6 +13,10 @@
 // (Tool translation needs argument-streaming state on both sides and is left
 // for later.)
 //
+// The JSON shapes it writes, and the answers and Anthropic events it reads,
+// are wire's (internal/wire/shapes.go); its request readers and OpenAI
+// answer readers are its own, stricter views (fields kept raw to refuse).
+//
 // Translation only runs when a request crosses APIs, so it favours clarity
 // (encoding/json, typed structs) over the byte-level speed of the same-API
 // path, except for the per-token stream events: the usual token chunk is

@@ -94,19 +94,18 @@ func marshalJSON(v any) ([]byte, error) {
 
 // ---- Anthropic request → OpenAI request ----
 
+// anthropicRequestIn is the Anthropic request read strictly: fields kept
+// raw to refuse (tools) or pass on as given, so not a shared wire type.
 type anthropicRequestIn struct {
-	Model     string          `json:"model"`
-	Stream    *bool           `json:"stream"`
-	MaxTokens *int            `json:"max_tokens"`
-	System    json.RawMessage `json:"system"`
-	Messages  []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	Temperature   json.RawMessage `json:"temperature"`
-	TopP          json.RawMessage `json:"top_p"`
-	TopK          json.RawMessage `json:"top_k"`
-	StopSequences []string        `json:"stop_sequences"`
+	Model         string             `json:"model"`
+	Stream        *bool              `json:"stream"`
+	MaxTokens     *int               `json:"max_tokens"`
+	System        json.RawMessage    `json:"system"`
+	Messages      []wire.ChatMessage `json:"messages"`
+	Temperature   json.RawMessage    `json:"temperature"`
+	TopP          json.RawMessage    `json:"top_p"`
+	TopK          json.RawMessage    `json:"top_k"`
+	StopSequences []string           `json:"stop_sequences"`
 	Metadata      *struct {
 		UserID string `json:"user_id"`
 	} `json:"metadata"`
@@ -115,28 +114,6 @@ type anthropicRequestIn struct {
 	// Dropped: "thinking" (OpenAI-compatible servers decide reasoning by
 	// model, and vLLM streams it regardless), "service_tier", "container",
 	// "mcp_servers" and any other field OpenAI lacks.
-}
-
-type openAIMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type openAIStreamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type openAIRequestOut struct {
-	Model         string               `json:"model"`
-	Messages      []openAIMessageOut   `json:"messages"`
-	MaxTokens     *int                 `json:"max_tokens,omitempty"`
-	Temperature   json.RawMessage      `json:"temperature,omitempty"`
-	TopP          json.RawMessage      `json:"top_p,omitempty"`
-	TopK          json.RawMessage      `json:"top_k,omitempty"` // a vLLM/SGLang extension
-	Stop          []string             `json:"stop,omitempty"`
-	Stream        bool                 `json:"stream,omitempty"`
-	StreamOptions *openAIStreamOptions `json:"stream_options,omitempty"`
-	User          string               `json:"user,omitempty"`
 }
 
 func anthropicToOpenAIRequest(body []byte) ([]byte, error) {
@@ -150,9 +127,9 @@ func anthropicToOpenAIRequest(body []byte) ([]byte, error) {
 	if present(in.ToolChoice) {
 		return nil, errors.New("tool_choice: cannot be translated to the OpenAI API (tool calling is not translated)")
 	}
-	out := openAIRequestOut{
+	out := wire.ChatCompletionRequestOut{
 		Model:       in.Model,
-		Messages:    make([]openAIMessageOut, 0, len(in.Messages)+1),
+		Messages:    make([]wire.TextMessage, 0, len(in.Messages)+1),
 		MaxTokens:   in.MaxTokens,
 		Temperature: orNil(in.Temperature),
 		TopP:        orNil(in.TopP),
@@ -164,7 +141,7 @@ func anthropicToOpenAIRequest(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Messages = append(out.Messages, openAIMessageOut{Role: "system", Content: s})
+		out.Messages = append(out.Messages, wire.TextMessage{Role: "system", Content: s})
 	}
 	for i, m := range in.Messages {
 		field := "messages[" + strconv.Itoa(i) + "]"
@@ -175,13 +152,13 @@ func anthropicToOpenAIRequest(body []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Messages = append(out.Messages, openAIMessageOut{Role: m.Role, Content: s})
+		out.Messages = append(out.Messages, wire.TextMessage{Role: m.Role, Content: s})
 	}
 	if in.Stream != nil && *in.Stream {
 		out.Stream = true
 		// Without include_usage an OpenAI stream never reports output
 		// tokens, which the Anthropic client's message_delta must carry.
-		out.StreamOptions = &openAIStreamOptions{IncludeUsage: true}
+		out.StreamOptions = &wire.StreamOptions{IncludeUsage: true}
 	}
 	if in.Metadata != nil {
 		out.User = in.Metadata.UserID
@@ -231,13 +208,16 @@ func anthropicText(raw json.RawMessage, field string) (string, error) {
 
 // ---- OpenAI request → Anthropic request ----
 
+// openAIMessageIn is a wire.ChatMessage with the fields it must refuse.
 type openAIMessageIn struct {
-	Role         string          `json:"role"`
-	Content      json.RawMessage `json:"content"`
+	wire.ChatMessage
 	ToolCalls    json.RawMessage `json:"tool_calls"`
 	FunctionCall json.RawMessage `json:"function_call"`
 }
 
+// openAIRequestIn is the OpenAI request read strictly: fields kept raw or as
+// pointers to refuse what Anthropic cannot carry and pass on the rest as
+// given, so not wire.ChatCompletionRequest (a server's reading).
 type openAIRequestIn struct {
 	Model               string            `json:"model"`
 	Stream              *bool             `json:"stream"`
@@ -268,28 +248,6 @@ type openAIRequestIn struct {
 	// extensions other than top_k.
 }
 
-type anthropicTextBlock struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-type anthropicMessageOut struct {
-	Role    string `json:"role"`
-	Content any    `json:"content"` // a string, or []anthropicTextBlock after merging
-}
-
-type anthropicRequestOut struct {
-	Model         string                `json:"model"`
-	System        string                `json:"system,omitempty"`
-	Messages      []anthropicMessageOut `json:"messages"`
-	MaxTokens     int                   `json:"max_tokens"`
-	StopSequences []string              `json:"stop_sequences,omitempty"`
-	Temperature   json.RawMessage       `json:"temperature,omitempty"`
-	TopP          json.RawMessage       `json:"top_p,omitempty"`
-	TopK          json.RawMessage       `json:"top_k,omitempty"`
-	Stream        bool                  `json:"stream,omitempty"`
-}
-
 const noTools = " (tool calling is not translated)"
 
 func openAIToAnthropicRequest(body []byte) ([]byte, error) {
@@ -300,7 +258,7 @@ func openAIToAnthropicRequest(body []byte) ([]byte, error) {
 	if err := untranslatableOpenAI(&in); err != nil {
 		return nil, err
 	}
-	out := anthropicRequestOut{
+	out := wire.AnthropicMessagesRequestOut{
 		Model:       in.Model,
 		MaxTokens:   defaultAnthropicMaxTokens,
 		Temperature: orNil(in.Temperature),
@@ -361,7 +319,7 @@ func untranslatableOpenAI(in *openAIRequestIn) error {
 // anthropicTurns turns OpenAI chat messages into Anthropic's system prompt
 // and alternating turns. System and developer messages, wherever they
 // are, become the top-level system prompt: Anthropic has no system turns.
-func anthropicTurns(msgs []openAIMessageIn) (string, []anthropicMessageOut, error) {
+func anthropicTurns(msgs []openAIMessageIn) (string, []wire.AnthropicMessageParamOut, error) {
 	var system []string
 	type run struct {
 		role  string
@@ -393,7 +351,7 @@ func anthropicTurns(msgs []openAIMessageIn) (string, []anthropicMessageOut, erro
 	if len(runs) == 0 {
 		return "", nil, errors.New("messages: the Anthropic API requires at least one user message")
 	}
-	out := make([]anthropicMessageOut, len(runs))
+	out := make([]wire.AnthropicMessageParamOut, len(runs))
 	for i, r := range runs {
 		out[i] = anthropicTurn(r.role, r.texts)
 	}
@@ -421,20 +379,20 @@ func openAITurnText(m openAIMessageIn, field string) (string, error) {
 
 // anthropicTurn is one Anthropic message of a role's consecutive texts:
 // one string, or a text block each (Anthropic refuses empty blocks).
-func anthropicTurn(role string, texts []string) anthropicMessageOut {
+func anthropicTurn(role string, texts []string) wire.AnthropicMessageParamOut {
 	if len(texts) == 1 {
-		return anthropicMessageOut{Role: role, Content: texts[0]}
+		return wire.AnthropicMessageParamOut{Role: role, Content: texts[0]}
 	}
-	blocks := make([]anthropicTextBlock, 0, len(texts))
+	blocks := make([]wire.AnthropicTextBlock, 0, len(texts))
 	for _, t := range texts {
 		if t != "" {
-			blocks = append(blocks, anthropicTextBlock{Type: "text", Text: t})
+			blocks = append(blocks, wire.AnthropicTextBlock{Type: "text", Text: t})
 		}
 	}
 	if len(blocks) == 0 {
-		return anthropicMessageOut{Role: role, Content: ""}
+		return wire.AnthropicMessageParamOut{Role: role, Content: ""}
 	}
-	return anthropicMessageOut{Role: role, Content: blocks}
+	return wire.AnthropicMessageParamOut{Role: role, Content: blocks}
 }
 
 // stopSequences reads OpenAI's "stop": a string or an array of strings.
@@ -532,14 +490,9 @@ func responseAt(body []byte, from, to wire.API, now time.Time) ([]byte, error) {
 	}
 }
 
-type openAIUsageIn struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
+// openAICompletionIn is a chat.completion read for translation: tool calls
+// kept raw to refuse them, content as a pointer (null is none), vLLM's
+// stop_reason raw; so not wire.ChatCompletion (the client's reading).
 type openAICompletionIn struct {
 	ID      string `json:"id"`
 	Model   string `json:"model"`
@@ -557,31 +510,7 @@ type openAICompletionIn struct {
 		// the id of the stop token (a number), or null.
 		StopReason json.RawMessage `json:"stop_reason"`
 	} `json:"choices"`
-	Usage *openAIUsageIn `json:"usage"`
-}
-
-type anthropicContentOut struct {
-	Type      string  `json:"type"`
-	Text      *string `json:"text,omitempty"`
-	Thinking  *string `json:"thinking,omitempty"`
-	Signature *string `json:"signature,omitempty"`
-}
-
-type anthropicUsageOut struct {
-	InputTokens          int `json:"input_tokens"`
-	OutputTokens         int `json:"output_tokens"`
-	CacheReadInputTokens int `json:"cache_read_input_tokens,omitempty"`
-}
-
-type anthropicMessageResp struct {
-	ID           string                `json:"id"`
-	Type         string                `json:"type"`
-	Role         string                `json:"role"`
-	Model        string                `json:"model"`
-	Content      []anthropicContentOut `json:"content"`
-	StopReason   *string               `json:"stop_reason"`
-	StopSequence *string               `json:"stop_sequence"`
-	Usage        anthropicUsageOut     `json:"usage"`
+	Usage *wire.CompletionUsage `json:"usage"`
 }
 
 func openAIToAnthropicResponse(body []byte) ([]byte, error) {
@@ -603,22 +532,22 @@ func openAIToAnthropicResponse(body []byte) ([]byte, error) {
 	if present(c.Message.ToolCalls) || present(c.Message.FunctionCall) {
 		return nil, errors.New("choices[0].message.tool_calls: tool calls cannot be translated to the Anthropic API (tool calling is not translated)")
 	}
-	out := anthropicMessageResp{
+	out := wire.AnthropicMessageOut{
 		ID: withPrefix(in.ID, "msg_"), Type: "message", Role: "assistant", Model: in.Model,
-		Content: []anthropicContentOut{},
+		Content: []wire.AnthropicContentBlockOut{},
 	}
 	if r := c.Message.ReasoningContent + c.Message.Reasoning; r != "" {
 		// The signature proves a block came from Anthropic's own model;
 		// there is none to give for an open model's reasoning.
 		empty := ""
-		out.Content = append(out.Content, anthropicContentOut{Type: "thinking", Thinking: &r, Signature: &empty})
+		out.Content = append(out.Content, wire.AnthropicContentBlockOut{Type: "thinking", Thinking: &r, Signature: &empty})
 	}
 	text := ""
 	if c.Message.Content != nil {
 		text = *c.Message.Content
 	}
 	if text != "" || len(out.Content) == 0 {
-		out.Content = append(out.Content, anthropicContentOut{Type: "text", Text: &text})
+		out.Content = append(out.Content, wire.AnthropicContentBlockOut{Type: "text", Text: &text})
 	}
 	finish := ""
 	if c.FinishReason != nil {
@@ -638,8 +567,8 @@ func openAIToAnthropicResponse(body []byte) ([]byte, error) {
 
 // anthropicUsage converts OpenAI usage. Anthropic counts cache reads apart
 // from input_tokens; OpenAI's prompt_tokens includes them.
-func anthropicUsage(u *openAIUsageIn) anthropicUsageOut {
-	out := anthropicUsageOut{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
+func anthropicUsage(u *wire.CompletionUsage) wire.AnthropicUsageOut {
+	out := wire.AnthropicUsageOut{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
 	if d := u.PromptTokensDetails; d != nil && d.CachedTokens > 0 && d.CachedTokens <= u.PromptTokens {
 		out.InputTokens -= d.CachedTokens
 		out.CacheReadInputTokens = d.CachedTokens
@@ -679,69 +608,17 @@ func openAIFinishReason(stop string) string {
 	return "stop" // end_turn, stop_sequence, pause_turn and any newer reason
 }
 
-type anthropicUsageIn struct {
-	InputTokens              int `json:"input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-}
-
-// promptTokens is OpenAI's prompt_tokens: every input token, cached or not.
-func (u *anthropicUsageIn) promptTokens() int {
-	return u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
-}
-
-type anthropicMessageIn struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Content []struct {
-		Type     string `json:"type"`
-		Text     string `json:"text"`
-		Thinking string `json:"thinking"`
-	} `json:"content"`
-	StopReason string            `json:"stop_reason"`
-	Usage      *anthropicUsageIn `json:"usage"`
-}
-
-type openAIUsageOut struct {
-	PromptTokens        int                  `json:"prompt_tokens"`
-	CompletionTokens    int                  `json:"completion_tokens"`
-	TotalTokens         int                  `json:"total_tokens"`
-	PromptTokensDetails *openAICachedDetails `json:"prompt_tokens_details,omitempty"`
-}
-
-type openAICachedDetails struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-func openAIUsage(u *anthropicUsageIn) *openAIUsageOut {
-	out := &openAIUsageOut{PromptTokens: u.promptTokens(), CompletionTokens: u.OutputTokens}
+func openAIUsage(u *wire.AnthropicUsage) *wire.CompletionUsageOut {
+	out := &wire.CompletionUsageOut{PromptTokens: u.PromptTokens(), CompletionTokens: u.OutputTokens}
 	out.TotalTokens = out.PromptTokens + out.CompletionTokens
 	if u.CacheReadInputTokens > 0 {
-		out.PromptTokensDetails = &openAICachedDetails{CachedTokens: u.CacheReadInputTokens}
+		out.PromptTokensDetails = &wire.PromptTokensDetails{CachedTokens: u.CacheReadInputTokens}
 	}
 	return out
 }
 
-type openAICompletionOut struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index   int `json:"index"`
-		Message struct {
-			Role             string `json:"role"`
-			Content          string `json:"content"`
-			ReasoningContent string `json:"reasoning_content,omitempty"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *openAIUsageOut `json:"usage,omitempty"`
-}
-
 func anthropicToOpenAIResponse(body []byte, now time.Time) ([]byte, error) {
-	var in anthropicMessageIn
+	var in wire.AnthropicMessage
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, fmt.Errorf("decoding Anthropic message: %w", err)
 	}
@@ -757,19 +634,11 @@ func anthropicToOpenAIResponse(body []byte, now time.Time) ([]byte, error) {
 			return nil, fmt.Errorf("content[%d]: %q blocks cannot be translated to the OpenAI API", i, b.Type)
 		}
 	}
-	out := openAICompletionOut{
+	out := wire.ChatCompletionOut{
 		ID: withPrefix(in.ID, "chatcmpl-"), Object: "chat.completion",
 		Created: now.Unix(), Model: in.Model,
 	}
-	out.Choices = make([]struct {
-		Index   int `json:"index"`
-		Message struct {
-			Role             string `json:"role"`
-			Content          string `json:"content"`
-			ReasoningContent string `json:"reasoning_content,omitempty"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	}, 1)
+	out.Choices = make([]wire.ChatCompletionChoiceOut, 1)
 	ch := &out.Choices[0]
 	ch.Message.Role = "assistant"
 	ch.Message.Content = text.String()
@@ -814,36 +683,15 @@ func Error(body []byte, status int, from, to wire.API) []byte {
 	}
 	var v any
 	if to == apiAnthropic {
-		v = anthropicErrorBody{Type: "error", Error: errorDetail{Type: anthropicErrorType(status), Message: msg}}
+		v = wire.AnthropicErrorBody{Type: "error", Error: wire.AnthropicError{Type: anthropicErrorType(status), Message: msg}}
 	} else {
-		v = openAIErrorBody{Error: openAIErrorDetail{Message: msg, Type: openAIErrorType(status), Code: status}}
+		v = wire.OpenAIErrorBodyOut{Error: wire.OpenAIErrorOut{Message: msg, Type: openAIErrorType(status), Code: status}}
 	}
 	b, err := marshalJSON(v)
 	if err != nil { // cannot happen: strings and ints only
 		return []byte(`{"error":{"message":"backend error"}}`)
 	}
 	return b
-}
-
-type errorDetail struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-type anthropicErrorBody struct {
-	Type  string      `json:"type"`
-	Error errorDetail `json:"error"`
-}
-
-type openAIErrorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"` // the HTTP status, as vLLM and the gateway's own errors give it
-}
-
-type openAIErrorBody struct {
-	Error openAIErrorDetail `json:"error"`
 }
 
 // maxErrorText bounds a non-JSON error body quoted as the message (an HTML
@@ -974,7 +822,7 @@ type Stream struct {
 	blockIndex int
 	finish     string
 	stopSeq    *string
-	usage      anthropicUsageIn // input and output tokens as known so far
+	usage      wire.AnthropicUsage // input and output tokens as known so far
 
 	// Anthropic → OpenAI.
 	sentFinish bool
@@ -1105,6 +953,9 @@ func appendSSE(dst []byte, name string, v any) []byte {
 
 // -- OpenAI backend, Anthropic client --
 
+// openAIChunkIn is a chunk read for translation, which needs id, index and
+// vLLM's stop_reason: wire.ChatCompletionChunk leaves them out to match the
+// client's fast path.
 type openAIChunkIn struct {
 	ID      string `json:"id"`
 	Model   string `json:"model"`
@@ -1118,65 +969,11 @@ type openAIChunkIn struct {
 		FinishReason *string         `json:"finish_reason"`
 		StopReason   json.RawMessage `json:"stop_reason"`
 	} `json:"choices"`
-	Usage   *openAIUsageIn  `json:"usage"`
-	Error   json.RawMessage `json:"error"`
-	Object  string          `json:"object"`
-	Message string          `json:"message"`
-	Code    json.RawMessage `json:"code"`
-}
-
-type anthStartEvent struct {
-	Type    string `json:"type"`
-	Message struct {
-		ID           string                `json:"id"`
-		Type         string                `json:"type"`
-		Role         string                `json:"role"`
-		Model        string                `json:"model"`
-		Content      []anthropicContentOut `json:"content"`
-		StopReason   *string               `json:"stop_reason"`
-		StopSequence *string               `json:"stop_sequence"`
-		Usage        anthropicUsageOut     `json:"usage"`
-	} `json:"message"`
-}
-
-type anthBlockStartEvent struct {
-	Type         string              `json:"type"`
-	Index        int                 `json:"index"`
-	ContentBlock anthropicContentOut `json:"content_block"`
-}
-
-type anthDelta struct {
-	Type     string  `json:"type"`
-	Text     *string `json:"text,omitempty"`
-	Thinking *string `json:"thinking,omitempty"`
-}
-
-type anthBlockDeltaEvent struct {
-	Type  string    `json:"type"`
-	Index int       `json:"index"`
-	Delta anthDelta `json:"delta"`
-}
-
-type anthBlockStopEvent struct {
-	Type  string `json:"type"`
-	Index int    `json:"index"`
-}
-
-type anthMessageDeltaEvent struct {
-	Type  string `json:"type"`
-	Delta struct {
-		StopReason   string  `json:"stop_reason"`
-		StopSequence *string `json:"stop_sequence"`
-	} `json:"delta"`
-	Usage struct {
-		InputTokens          int `json:"input_tokens,omitempty"`
-		OutputTokens         int `json:"output_tokens"`
-		CacheReadInputTokens int `json:"cache_read_input_tokens,omitempty"`
-	} `json:"usage"`
-}
-
-type anthTypeOnly struct {
-	Type string `json:"type"`
+	Usage   *wire.CompletionUsage `json:"usage"`
+	Error   json.RawMessage       `json:"error"`
+	Object  string                `json:"object"`
+	Message string                `json:"message"`
+	Code    json.RawMessage       `json:"code"`
 }
 
 func (t *Stream) openAIToAnthropic(dst []byte, name string, data []byte) []byte {
@@ -1244,7 +1041,7 @@ func (t *Stream) startAnthropic(dst []byte, id, model string) []byte {
 		return dst
 	}
 	t.started = true
-	var e anthStartEvent
+	var e wire.AnthropicMessageStartOut
 	e.Type = "message_start"
 	e.Message.ID = withPrefix(id, "msg_")
 	e.Message.Type, e.Message.Role = "message", "assistant"
@@ -1252,8 +1049,8 @@ func (t *Stream) startAnthropic(dst []byte, id, model string) []byte {
 	if model == "" {
 		e.Message.Model = t.model
 	}
-	e.Message.Content = []anthropicContentOut{}
-	e.Message.Usage = anthropicUsageOut{InputTokens: t.usage.InputTokens, CacheReadInputTokens: t.usage.CacheReadInputTokens}
+	e.Message.Content = []wire.AnthropicContentBlockOut{}
+	e.Message.Usage = wire.AnthropicUsageOut{InputTokens: t.usage.InputTokens, CacheReadInputTokens: t.usage.CacheReadInputTokens}
 	return appendSSE(dst, "message_start", e)
 }
 
@@ -1264,15 +1061,15 @@ func (t *Stream) anthropicDelta(dst []byte, kind int, text string) []byte {
 		dst = t.closeBlock(dst)
 		t.block = kind
 		empty := ""
-		b := anthropicContentOut{Type: "text", Text: &empty}
+		b := wire.AnthropicContentBlockOut{Type: "text", Text: &empty}
 		if kind == blockThinking {
-			b = anthropicContentOut{Type: "thinking", Thinking: &empty, Signature: &empty}
+			b = wire.AnthropicContentBlockOut{Type: "thinking", Thinking: &empty, Signature: &empty}
 		}
-		dst = appendSSE(dst, "content_block_start", anthBlockStartEvent{Type: "content_block_start", Index: t.blockIndex, ContentBlock: b})
+		dst = appendSSE(dst, "content_block_start", wire.AnthropicBlockStartOut{Type: "content_block_start", Index: t.blockIndex, ContentBlock: b})
 	}
 	// The per-token event, written directly: the bytes encoding/json would
-	// give (marshalJSON: no HTML escaping), without its reflection and
-	// allocations on every token.
+	// give for wire.AnthropicBlockDeltaOut (marshalJSON: no HTML escaping),
+	// without its reflection and allocations on every token.
 	dst = append(dst, `event: content_block_delta
 data: {"type":"content_block_delta","index":`...)
 	dst = strconv.AppendInt(dst, int64(t.blockIndex), 10)
@@ -1289,7 +1086,7 @@ func (t *Stream) closeBlock(dst []byte) []byte {
 	if t.block == blockNone {
 		return dst
 	}
-	dst = appendSSE(dst, "content_block_stop", anthBlockStopEvent{Type: "content_block_stop", Index: t.blockIndex})
+	dst = appendSSE(dst, "content_block_stop", wire.AnthropicBlockStopOut{Type: "content_block_stop", Index: t.blockIndex})
 	t.block = blockNone
 	t.blockIndex++
 	return dst
@@ -1299,7 +1096,7 @@ func (t *Stream) closeBlock(dst []byte) []byte {
 func (t *Stream) endAnthropic(dst []byte) []byte {
 	dst = t.startAnthropic(dst, "", "")
 	dst = t.closeBlock(dst)
-	var md anthMessageDeltaEvent
+	var md wire.AnthropicMessageDeltaOut
 	md.Type = "message_delta"
 	md.Delta.StopReason, _ = anthropicStopReason(t.finish, nil)
 	if t.stopSeq != nil {
@@ -1311,7 +1108,7 @@ func (t *Stream) endAnthropic(dst []byte) []byte {
 	md.Usage.InputTokens, md.Usage.OutputTokens = t.usage.InputTokens, t.usage.OutputTokens
 	md.Usage.CacheReadInputTokens = t.usage.CacheReadInputTokens
 	dst = appendSSE(dst, "message_delta", md)
-	dst = appendSSE(dst, "message_stop", anthTypeOnly{Type: "message_stop"})
+	dst = appendSSE(dst, "message_stop", wire.AnthropicMessageStopOut{Type: "message_stop"})
 	t.done = true
 	return dst
 }
@@ -1322,56 +1119,10 @@ func (t *Stream) failAnthropic(dst []byte, code int, msg string) []byte {
 	if code >= 400 {
 		typ = anthropicErrorType(code)
 	}
-	return appendSSE(dst, "error", anthropicErrorBody{Type: "error", Error: errorDetail{Type: typ, Message: msg}})
+	return appendSSE(dst, "error", wire.AnthropicErrorBody{Type: "error", Error: wire.AnthropicError{Type: typ, Message: msg}})
 }
 
 // -- Anthropic backend, OpenAI client --
-
-type anthropicEventIn struct {
-	Type    string `json:"type"`
-	Message *struct {
-		ID    string            `json:"id"`
-		Model string            `json:"model"`
-		Usage *anthropicUsageIn `json:"usage"`
-	} `json:"message"`
-	ContentBlock *struct {
-		Type     string `json:"type"`
-		Text     string `json:"text"`
-		Thinking string `json:"thinking"`
-	} `json:"content_block"`
-	Delta *struct {
-		Type       string `json:"type"`
-		Text       string `json:"text"`
-		Thinking   string `json:"thinking"`
-		StopReason string `json:"stop_reason"`
-	} `json:"delta"`
-	Usage *anthropicUsageIn `json:"usage"`
-	Error *struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-type openAIDeltaOut struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
-}
-
-type openAIChoiceOut struct {
-	Index        int            `json:"index"`
-	Delta        openAIDeltaOut `json:"delta"`
-	FinishReason *string        `json:"finish_reason"`
-}
-
-type openAIChunkOut struct {
-	ID      string            `json:"id"`
-	Object  string            `json:"object"`
-	Created int64             `json:"created"`
-	Model   string            `json:"model"`
-	Choices []openAIChoiceOut `json:"choices"`
-	Usage   *openAIUsageOut   `json:"usage,omitempty"`
-}
 
 func (t *Stream) anthropicToOpenAI(dst []byte, name string, data []byte) []byte {
 	if len(data) == 0 {
@@ -1385,7 +1136,7 @@ func (t *Stream) anthropicToOpenAI(dst []byte, name string, data []byte) []byte 
 			return t.openAIDelta(dst, text, "")
 		}
 	}
-	var e anthropicEventIn
+	var e wire.AnthropicStreamEvent
 	if err := json.Unmarshal(data, &e); err != nil {
 		return t.failOpenAI(dst, "upstream_error", "malformed event from the Anthropic backend: "+err.Error())
 	}
@@ -1470,7 +1221,7 @@ func (t *Stream) startOpenAI(dst []byte, id, model string) []byte {
 	}
 	t.created = t.now().Unix()
 	empty := ""
-	return t.appendChunk(dst, openAIDeltaOut{Role: "assistant", Content: &empty}, nil, nil)
+	return t.appendChunk(dst, wire.ChunkDeltaOut{Role: "assistant", Content: &empty}, nil, nil)
 }
 
 func (t *Stream) openAIDelta(dst []byte, text, reasoning string) []byte {
@@ -1479,7 +1230,8 @@ func (t *Stream) openAIDelta(dst []byte, text, reasoning string) []byte {
 	}
 	if reasoning == "" || text == "" {
 		// The per-token chunk, written directly: the bytes appendChunk's
-		// encoding/json would give, without its cost on every token.
+		// encoding/json would give (wire.ChatCompletionChunkOut), without
+		// its cost on every token.
 		dst = append(dst, `data: {"id":`...)
 		dst = jsonscan.AppendString(dst, t.id)
 		dst = append(dst, `,"object":"chat.completion.chunk","created":`...)
@@ -1495,7 +1247,7 @@ func (t *Stream) openAIDelta(dst []byte, text, reasoning string) []byte {
 		}
 		return append(dst, "},\"finish_reason\":null}]}\n\n"...)
 	}
-	var d openAIDeltaOut
+	var d wire.ChunkDeltaOut
 	if text != "" {
 		d.Content = &text
 	}
@@ -1514,23 +1266,23 @@ func (t *Stream) finishOpenAI(dst []byte, stop string) []byte {
 	}
 	t.sentFinish = true
 	fr := openAIFinishReason(stop)
-	dst = t.appendChunk(dst, openAIDeltaOut{}, &fr, nil)
-	return t.appendChunk(dst, openAIDeltaOut{}, nil, openAIUsage(&t.usage))
+	dst = t.appendChunk(dst, wire.ChunkDeltaOut{}, &fr, nil)
+	return t.appendChunk(dst, wire.ChunkDeltaOut{}, nil, openAIUsage(&t.usage))
 }
 
-func (t *Stream) appendChunk(dst []byte, d openAIDeltaOut, finish *string, usage *openAIUsageOut) []byte {
-	c := openAIChunkOut{ID: t.id, Object: "chat.completion.chunk", Created: t.created, Model: t.model, Usage: usage}
+func (t *Stream) appendChunk(dst []byte, d wire.ChunkDeltaOut, finish *string, usage *wire.CompletionUsageOut) []byte {
+	c := wire.ChatCompletionChunkOut{ID: t.id, Object: "chat.completion.chunk", Created: t.created, Model: t.model, Usage: usage}
 	if usage != nil {
-		c.Choices = []openAIChoiceOut{}
+		c.Choices = []wire.ChunkChoiceOut{}
 	} else {
-		c.Choices = []openAIChoiceOut{{Index: 0, Delta: d, FinishReason: finish}}
+		c.Choices = []wire.ChunkChoiceOut{{Index: 0, Delta: d, FinishReason: finish}}
 	}
 	return appendSSE(dst, "", c)
 }
 
 func (t *Stream) failOpenAI(dst []byte, typ, msg string) []byte {
 	t.failed = true
-	return appendSSE(dst, "", openAIErrorBody{Error: openAIErrorDetail{Message: msg, Type: typ, Code: anthropicErrorStatus(typ)}})
+	return appendSSE(dst, "", wire.OpenAIErrorBodyOut{Error: wire.OpenAIErrorOut{Message: msg, Type: typ, Code: anthropicErrorStatus(typ)}})
 }
 
 // anthropicErrorStatus is the HTTP status Anthropic documents for an error

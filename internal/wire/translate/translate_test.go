@@ -785,7 +785,7 @@ func FuzzTranslateResponse(f *testing.F) {
 		// answer; text and thinking blocks of an Anthropic one.
 		var text, reasoning string
 		if fromAnthropic {
-			var m anthropicMessageIn
+			var m wire.AnthropicMessage
 			json.Unmarshal(in, &m)
 			for _, b := range m.Content {
 				switch b.Type {
