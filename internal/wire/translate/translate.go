@@ -956,11 +956,36 @@ func appendSSE(dst []byte, name string, v any) []byte {
 // openAIChunkIn is a chunk read for translation, which needs id, index and
 // vLLM's stop_reason: wire.ChatCompletionChunk leaves them out to match the
 // client's fast path.
+// looseString reads a JSON string and takes any other value as empty, and
+// looseInt a number (else 0): fields a stream event's translation only
+// copies must not fail an event that the per-token fast path, which skips
+// them, passes (FuzzTranslateFastPath).
+type (
+	looseString string
+	looseInt    int
+)
+
+func (s *looseString) UnmarshalJSON(b []byte) error {
+	var v string
+	if json.Unmarshal(b, &v) == nil {
+		*s = looseString(v)
+	}
+	return nil
+}
+
+func (n *looseInt) UnmarshalJSON(b []byte) error {
+	var v int
+	if json.Unmarshal(b, &v) == nil {
+		*n = looseInt(v)
+	}
+	return nil
+}
+
 type openAIChunkIn struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
+	ID      looseString `json:"id"`
+	Model   string      `json:"model"`
 	Choices []struct {
-		Index int `json:"index"`
+		Index looseInt `json:"index"`
 		Delta struct {
 			Content          string `json:"content"`
 			ReasoningContent string `json:"reasoning_content"`
@@ -1013,7 +1038,7 @@ func (t *Stream) openAIToAnthropic(dst []byte, name string, data []byte) []byte 
 		t.usage.InputTokens, t.usage.OutputTokens = u.InputTokens, u.OutputTokens
 		t.usage.CacheReadInputTokens = u.CacheReadInputTokens
 	}
-	dst = t.startAnthropic(dst, c.ID, c.Model)
+	dst = t.startAnthropic(dst, string(c.ID), c.Model)
 	for i := range c.Choices {
 		ch := &c.Choices[i]
 		if ch.Index != 0 { // n > 1 is refused in requests; ignore strays

@@ -884,6 +884,9 @@ func FuzzTranslateFastPath(f *testing.F) {
 		`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm \ud83d\ude00"}}`,
 		`{"delta":{"text":"x","type":"text_delta"},"TYPE":"content_block_delta"}`,
 		`{"type":"content_block_delta","delta":{"type":"text_delta","text":"a","text":"b"}}`,
+		// Wrong-typed fields the fast path skips (both found by this fuzzer).
+		`{"id":[],"choices":[{"delta":{"content":"x"}}]}`,
+		`{"choices":[{"index":{},"delta":{"content":"x"}}]}`,
 	} {
 		f.Add(s)
 	}
