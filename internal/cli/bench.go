@@ -507,9 +507,9 @@ func resolveTarget(ctx context.Context, env *Env, o *benchOptions, api wire.API,
 		}
 		t.model = models[0]
 		fmt.Fprintf(env.Stderr, "ttft bench: no --model given; using %q, the first of %d listed by the server\n", t.model, len(models))
-	} else if len(models) > 0 && !slices.Contains(models, t.model) {
+	} else if len(models) > 0 && !listsModel(models, t.model) {
 		// Not an error: servers answer to aliases they do not list
-		// (hosted APIs, Ollama's "name" for "name:latest").
+		// (hosted APIs).
 		shown := models
 		if len(shown) > 8 {
 			shown = shown[:8]
@@ -735,3 +735,9 @@ func sinks(rd *rundir.Writer, watch func(*record.Record)) []bench.Sink {
 type sinkFunc func(*record.Record) error
 
 func (f sinkFunc) Write(r *record.Record) error { return f(r) }
+
+// listsModel reports whether a server's model list names model, taking
+// Ollama's "name" as its "name:latest".
+func listsModel(models []string, model string) bool {
+	return slices.Contains(models, model) || !strings.Contains(model, ":") && slices.Contains(models, model+":latest")
+}

@@ -222,3 +222,17 @@ func TestLoadIsDescribed(t *testing.T) {
 		t.Errorf("compare does not warn that the loads differ (exit %d):\n%s", code, out)
 	}
 }
+
+// Ollama lists "name:latest" and answers to "name": no warning for it.
+func TestOllamaLatestIsListed(t *testing.T) {
+	for _, tc := range []struct {
+		model string
+		want  bool
+	}{
+		{"tinyllm-tiny", true}, {"tinyllm-tiny:latest", true}, {"tinyllm", false}, {"tinyllm-tiny:q4", false},
+	} {
+		if got := listsModel([]string{"tinyllm-tiny:latest", "other"}, tc.model); got != tc.want {
+			t.Errorf("listsModel(%q) = %v", tc.model, got)
+		}
+	}
+}
