@@ -22,6 +22,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/report"
+	"github.com/ttft-dev/ttft/internal/rundir"
 	"github.com/ttft-dev/ttft/internal/store"
 )
 
@@ -377,15 +378,29 @@ func runsShowCmd(env *Env, o *storeOpener) *cobra.Command {
 }
 
 func runsExportCmd(env *Env, o *storeOpener) *cobra.Command {
-	return &cobra.Command{
+	var asCSV bool
+	cmd := &cobra.Command{
 		Use:   "export RUN DIR",
-		Short: "Write a stored run as a run directory (requests.jsonl, summary.json, manifest.json)",
+		Short: "Write a stored run as a run directory (requests.jsonl, summary.json, manifest.json), or as CSV",
 		Example: `  ttft runs export latest ./runs/baseline
-  ttft runs export 3fk2 /tmp/x && ttft runs import /tmp/x --db postgres://ci@db/ttft`,
+  ttft runs export 3fk2 /tmp/x && ttft runs import /tmp/x --db postgres://ci@db/ttft
+  ttft runs export latest ./csv --csv      # requests.csv and summary.csv`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer o.close()
 			ctx := cmd.Context()
+			if asCSV {
+				// A RUN here may also be a run directory.
+				l, err := loadRun(ctx, o, args[0], true)
+				if err != nil {
+					return err
+				}
+				if err := rundir.WriteCSV(args[1], &l.Summary, l.Records); err != nil {
+					return usageErr("runs export: %v", err)
+				}
+				fmt.Fprintf(env.Stdout, "exported %s to %s (%s, %s)\n", l.name(), args[1], rundir.RequestsCSV, rundir.SummaryCSV)
+				return nil
+			}
 			st, err := o.get(ctx)
 			if err != nil {
 				return err
@@ -401,6 +416,8 @@ func runsExportCmd(env *Env, o *storeOpener) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asCSV, "csv", false, "write requests.csv (one row per request) and summary.csv (one row per latency metric) instead")
+	return cmd
 }
 
 func runsImportCmd(env *Env, o *storeOpener) *cobra.Command {

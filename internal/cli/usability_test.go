@@ -236,3 +236,23 @@ func TestOllamaLatestIsListed(t *testing.T) {
 		}
 	}
 }
+
+// runs export --csv writes a run, stored or a directory, as two CSV files.
+func TestRunsExportCSV(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	if code, stdout, stderr := runCLI(t, "bench", "-n", "5", "--max-tokens", "4", "--no-progress", "--no-store", "--out", run); code != 0 {
+		t.Fatalf("bench: %d\n%s\n%s", code, stdout, stderr)
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "runs", "export", run, out, "--csv")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "requests.csv"))
+	if err != nil || strings.Count(string(data), "\n") != 6 || !strings.HasPrefix(string(data), "index,id,warmup") {
+		t.Errorf("requests.csv (%v):\n%s", err, data)
+	}
+	if data, err := os.ReadFile(filepath.Join(out, "summary.csv")); err != nil || !strings.Contains(string(data), "\nttft_ms,5,") {
+		t.Errorf("summary.csv (%v):\n%s", err, data)
+	}
+}
