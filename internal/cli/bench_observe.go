@@ -32,7 +32,7 @@ type observeOptions struct {
 
 func addObserveFlags(fs *pflag.FlagSet, o *observeOptions) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "",
-		"serve the run's live client-side metrics (ttft_bench_*) for Prometheus at HOST:PORT/metrics, e.g. 127.0.0.1:9464")
+		"serve the run's live client-side metrics (ttft_bench_*) for Prometheus at HOST:PORT/metrics, e.g. 127.0.0.1:9464 (classic histograms; TTFT_NATIVE_HISTOGRAMS=1 adds native ones)")
 	fs.DurationVar(&o.metricsLinger, "metrics-linger", 0,
 		"keep the --metrics-addr endpoint up this long after the run so the final values get scraped")
 	fs.StringVar(&o.scrapeURL, "scrape-metrics", "",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/sloclass"
+	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 )
 
 // metrics are the gateway's Prometheus series, all prefixed ttft_gateway_.
@@ -32,32 +33,22 @@ type metrics struct {
 	cost       *prometheus.CounterVec
 }
 
-// Native (sparse) histograms beside the classic buckets, with the settings
-// of package telemetry's histograms (not imported: it would pull the
-// workload and tokenizer code into the gateway).
-const (
-	nativeFactor     = 1.1
-	nativeMaxBuckets = 160
-	nativeMinReset   = time.Hour
-)
-
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	m := &metrics{
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		// Classic buckets, plus native histograms when TTFT_NATIVE_HISTOGRAMS
+		// opts in (package nativehist says why not by default).
+		ttft: prometheus.NewHistogramVec(nativehist.Opts(prometheus.HistogramOpts{
 			Name: "ttft_gateway_ttft_seconds", Help: "Time to first token seen through the gateway, from request arrival.",
-			Buckets:                     sloclass.TTFTBuckets(), // bench's too; every SLO class's target is a bound
-			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
-		}, []string{"backend", "slo_class"}),
-		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Buckets: sloclass.TTFTBuckets(), // bench's too; every SLO class's target is a bound
+		}), []string{"backend", "slo_class"}),
+		itl: prometheus.NewHistogramVec(nativehist.Opts(prometheus.HistogramOpts{
 			Name: "ttft_gateway_itl_seconds", Help: "Gaps between consecutive token events passed through.",
-			Buckets:                     []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1},
-			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
-		}, []string{"backend"}),
-		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1},
+		}), []string{"backend"}),
+		e2e: prometheus.NewHistogramVec(nativehist.Opts(prometheus.HistogramOpts{
 			Name: "ttft_gateway_e2e_seconds", Help: "Request duration through the gateway.",
-			Buckets:                     prometheus.ExponentialBuckets(0.01, 2, 14),
-			NativeHistogramBucketFactor: nativeFactor, NativeHistogramMaxBucketNumber: nativeMaxBuckets, NativeHistogramMinResetDuration: nativeMinReset,
-		}, []string{"backend", "slo_class"}),
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}), []string{"backend", "slo_class"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ttft_gateway_requests_total", Help: "Requests answered, by backend, SLO class and status code.",
 		}, []string{"backend", "slo_class", "code"}),

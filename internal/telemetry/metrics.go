@@ -13,12 +13,13 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/sloclass"
+	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
-// Classic bucket boundaries in seconds. Prometheus servers without native
-// histogram scraping (2.42, the Debian package) only see these, so they are
-// dense where TTFT SLOs live (100 ms – 2 s); TTFT's are the gateway's too
+// Classic bucket boundaries in seconds. They are what Prometheus stores
+// (native histograms are opt-in: package nativehist), so they are dense
+// where TTFT SLOs live (100 ms – 2 s); TTFT's are the gateway's too
 // (sloclass.TTFTBuckets).
 var (
 	TTFTBuckets = sloclass.TTFTBuckets()
@@ -26,26 +27,23 @@ var (
 	E2EBuckets  = []float64{.05, .1, .25, .5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 300}
 )
 
-// NativeHistogram settings used alongside the classic buckets: a 1.1 growth
-// factor (≈5% relative error on any quantile) capped at 160 buckets, reset
-// at most hourly when the cap is hit.
+// Native histogram settings used alongside the classic buckets when
+// TTFT_NATIVE_HISTOGRAMS opts in (nativehist.Enabled).
 const (
-	NativeBucketFactor     = 1.1
-	NativeMaxBucketNumber  = 160
-	NativeMinResetDuration = time.Hour
+	NativeBucketFactor     = nativehist.BucketFactor
+	NativeMaxBucketNumber  = nativehist.MaxBucketNumber
+	NativeMinResetDuration = nativehist.MinResetDuration
 )
 
-// NewHistogramVec builds a histogram with both classic buckets and a native
-// (sparse) histogram, the way every ttft histogram is exposed.
+// NewHistogramVec builds a histogram with classic buckets, plus a native
+// (sparse) histogram when TTFT_NATIVE_HISTOGRAMS opts in, the way every
+// ttft histogram is exposed.
 func NewHistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:                            name,
-		Help:                            help,
-		Buckets:                         buckets,
-		NativeHistogramBucketFactor:     NativeBucketFactor,
-		NativeHistogramMaxBucketNumber:  NativeMaxBucketNumber,
-		NativeHistogramMinResetDuration: NativeMinResetDuration,
-	}, labels)
+	return prometheus.NewHistogramVec(nativehist.Opts(prometheus.HistogramOpts{
+		Name:    name,
+		Help:    help,
+		Buckets: buckets,
+	}), labels)
 }
 
 // BenchMetrics is the live client-side view of a bench run as Prometheus
@@ -158,8 +156,9 @@ type MetricsServer struct {
 }
 
 // ServeMetrics listens on addr (HOST:PORT; port 0 picks a free one) and
-// serves g at /metrics with content negotiation, so a scraper that asks for
-// protobuf gets native histograms and a text scraper gets classic buckets.
+// serves g at /metrics with content negotiation (text, OpenMetrics or
+// protobuf, whichever the scraper asks for; native histograms, when opted
+// into, travel only over protobuf).
 // Listening happens before it returns, so a busy port is reported at once.
 func ServeMetrics(addr string, g prometheus.Gatherer) (*MetricsServer, error) {
 	ln, err := net.Listen("tcp", addr)

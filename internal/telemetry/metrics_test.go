@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 )
 
 func TestBenchMetricsObserver(t *testing.T) {
+	t.Setenv(nativehist.Env, "") // the default
 	m := NewBenchMetrics(prometheus.Labels{"run": "r1"})
 	ctx := context.Background()
 	sent := time.Now()
@@ -63,25 +66,45 @@ func TestBenchMetricsObserver(t *testing.T) {
 	check("ttft_bench_prompt_tokens_total", 100, 0)
 	check("ttft_bench_generation_tokens_total", 6, 0)
 
-	// Native histograms ride alongside the classic buckets (visible to
-	// protobuf scrapers).
+	// Classic buckets only by default: a Prometheus scraping with native
+	// histograms on keeps the _bucket series the rules and dashboards read.
+	if h := ttftHistogram(t, m); h.Schema != nil || len(h.GetBucket()) != len(TTFTBuckets) {
+		t.Errorf("TTFT histogram: native schema %v, %d classic buckets; want none and %d", h.Schema, len(h.GetBucket()), len(TTFTBuckets))
+	}
+}
+
+// TestBenchMetricsNativeOptIn: TTFT_NATIVE_HISTOGRAMS=1 adds a native
+// histogram beside the classic buckets (visible to protobuf scrapers).
+func TestBenchMetricsNativeOptIn(t *testing.T) {
+	t.Setenv(nativehist.Env, "1")
+	m := NewBenchMetrics(prometheus.Labels{"run": "r1"})
+	sent := time.Now()
+	rec := &record.Record{Model: "m", Sent: sent, FirstToken: sent.Add(100 * time.Millisecond), End: sent.Add(300 * time.Millisecond)}
+	rec.Finalize()
+	m.Done(m.Start(context.Background(), nil, rec), rec)
+	if h := ttftHistogram(t, m); h.Schema == nil || len(h.GetBucket()) != len(TTFTBuckets) {
+		t.Errorf("TTFT histogram: native schema %v, %d classic buckets; want one and %d", h.Schema, len(h.GetBucket()), len(TTFTBuckets))
+	}
+}
+
+// ttftHistogram gathers bench's TTFT histogram (one model, labels model
+// and run).
+func ttftHistogram(t *testing.T, m *BenchMetrics) *dto.Histogram {
+	t.Helper()
 	mfs, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
 	for _, mf := range mfs {
 		if mf.GetName() == "ttft_bench_time_to_first_token_seconds" {
-			h := mf.GetMetric()[0].GetHistogram()
-			found = h.Schema != nil && len(h.GetBucket()) == len(TTFTBuckets)
 			if lbl := mf.GetMetric()[0].GetLabel(); len(lbl) != 2 {
 				t.Errorf("labels %v, want model and run", lbl)
 			}
+			return mf.GetMetric()[0].GetHistogram()
 		}
 	}
-	if !found {
-		t.Error("TTFT histogram lacks native schema or classic buckets")
-	}
+	t.Fatal("ttft_bench_time_to_first_token_seconds not gathered")
+	return nil
 }
 
 func scrapeFamilies(t *testing.T, addr string) map[string]*FamilyTotal {
@@ -128,8 +151,8 @@ func BenchmarkBenchMetricsDone(b *testing.B) {
 }
 
 // BenchmarkHistogramObserve compares, side by side in one run, the cost of
-// one observation with classic buckets only and with a native histogram
-// alongside (what every ttft histogram does).
+// one observation with classic buckets only (ttft's default) and with a
+// native histogram alongside (TTFT_NATIVE_HISTOGRAMS=1).
 func BenchmarkHistogramObserve(b *testing.B) {
 	for _, c := range []struct {
 		name   string

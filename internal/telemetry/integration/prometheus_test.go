@@ -16,6 +16,7 @@ import (
 
 	"github.com/ttft-dev/ttft/deploy"
 	"github.com/ttft-dev/ttft/internal/telemetry"
+	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
@@ -26,8 +27,27 @@ import (
 // dashboard and rule expression must parse and return series, every
 // shipped rule must evaluate healthily, and the server-side decomposition
 // scraped from the simulator must add up.
+//
+// All of it twice: with Prometheus's defaults, and started with
+// --enable-feature=native-histograms, which scrapes over protobuf and keeps
+// only the native form of a histogram that has one (the classic _bucket,
+// _count and _sum series the rules and dashboards read are then dropped).
+// ttft's exporters are classic-only by default (package nativehist), so
+// both must answer alike; a probe target with a native histogram shows the
+// second server really ingests native histograms.
 func TestPrometheusEndToEnd(t *testing.T) {
 	promBin := testutil.Binary(t, "TTFT_PROMETHEUS", "prometheus", "apt-get install -y prometheus (.ci/install-prometheus.sh)")
+	// The defaults are under test, whatever the environment says.
+	t.Setenv(nativehist.Env, "")
+	for _, mode := range []struct {
+		name   string
+		native bool
+	}{{"classic", false}, {"native-histograms", true}} {
+		t.Run(mode.name, func(t *testing.T) { prometheusEndToEnd(t, promBin, mode.native) })
+	}
+}
+
+func prometheusEndToEnd(t *testing.T, promBin string, nativeFeature bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -39,6 +59,22 @@ func TestPrometheusEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer msrv.Shutdown(context.Background())
+
+	// The probe: one histogram with a native form (as TTFT_NATIVE_HISTOGRAMS
+	// gives ttft's own), observed before Prometheus starts.
+	probeReg := prometheus.NewRegistry()
+	probe := prometheus.NewHistogram(nativehist.With(prometheus.HistogramOpts{
+		Name: "ttft_test_native_probe_seconds", Help: "Probe.", Buckets: []float64{0.1, 1},
+	}, true))
+	probeReg.MustRegister(probe)
+	for _, v := range []float64{0.05, 0.5, 2} {
+		probe.Observe(v)
+	}
+	psrv, err := telemetry.ServeMetrics("127.0.0.1:0", probeReg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer psrv.Shutdown(context.Background())
 
 	// Prometheus, configured like deploy/prometheus/prometheus.yml but with
 	// 1 s intervals and this test's ports, loading the shipped rules.
@@ -64,7 +100,9 @@ scrape_configs:
     static_configs: [{targets: [%q]}]
   - job_name: ttft-bench
     static_configs: [{targets: [%q]}]
-`, hostOf(s.URL()), hostOf(gw), msrv.Addr())
+  - job_name: native-probe
+    static_configs: [{targets: [%q]}]
+`, hostOf(s.URL()), hostOf(gw), msrv.Addr(), psrv.Addr())
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +110,33 @@ scrape_configs:
 	startRetrying(t, 60*time.Second, func() (*process, string) {
 		promAddr := freeAddr(t)
 		base = "http://" + promAddr
-		return startProcess(t, promBin, nil, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-			"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr, "--log.level=warn"), base + "/-/ready"
+		args := []string{"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+			"--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + promAddr, "--log.level=warn"}
+		if nativeFeature {
+			args = append(args, "--enable-feature=native-histograms")
+		}
+		return startProcess(t, promBin, nil, args...), base + "/-/ready"
 	})
 	// Prometheus hands targets to its scrapers only every 5 s after start;
 	// wait until every target has been scraped at least twice, so that
 	// rate() over the load has samples on both sides.
-	waitScraped(t, base, `count(count_over_time(up[1m]) >= 2)`, 3)
+	waitScraped(t, base, `count(count_over_time(up[1m]) >= 2)`, 4)
+
+	// The mode is the one asked for: the probe's native form is stored only
+	// with the feature on (then, on Prometheus 2.42, instead of its classic
+	// series, the very loss ttft's classic-only defaults avoid).
+	probeNative, err := promQuery(base, `histogram_count(ttft_test_native_probe_seconds)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeClassic, err := promQuery(base, `ttft_test_native_probe_seconds_count`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe: %d native, %d classic _count series stored", len(probeNative.Result), len(probeClassic.Result))
+	if got := len(probeNative.Result) == 1; got != nativeFeature {
+		t.Fatalf("probe's native histogram stored: %v; want %v with --enable-feature=native-histograms %s", got, nativeFeature, map[bool]string{true: "on", false: "off"}[nativeFeature])
+	}
 
 	// Load: 80 requests through the gateway, the bench metrics observer and
 	// the server-side scraper (pointed at the simulator) watching.
@@ -100,6 +158,13 @@ scrape_configs:
 	waitScraped(t, base, `sum(ttft_bench_requests_total)`, 80)
 	waitScraped(t, base, `sum(vllm:time_to_first_token_seconds_count)`, 80)
 	waitScraped(t, base, `sum(ttft_gateway_requests_total)`, 80)
+
+	// None of ttft's own histograms has a native form by default.
+	if r, err := promQuery(base, `histogram_count({__name__=~"vllm:.*|ttft_bench_.*|ttft_gateway_.*"})`); err != nil {
+		t.Fatal(err)
+	} else if len(r.Result) != 0 {
+		t.Errorf("%d native histograms stored from ttft's exporters; they should be classic-only by default", len(r.Result))
+	}
 
 	// TTFT P95 read back through Prometheus, three ways, each checked by an
 	// invariant that holds however noisy the machine is:
