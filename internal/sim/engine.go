@@ -39,6 +39,12 @@ type Seq struct {
 	Started        bool
 	Finished       bool
 	FinishReason   string
+	// EOS: the reply ends with an end-of-sequence token once it has
+	// MaxTokens tokens (its natural length: the client set no limit and
+	// did not ignore EOS), so it finishes with reason "stop"; otherwise
+	// MaxTokens is a limit and the reason is "length", as it is whenever
+	// the sequence reaches the maximum model length.
+	EOS bool
 
 	// Tag is the driver's own data (the HTTP stream, the offline record).
 	Tag any
@@ -69,6 +75,10 @@ type Emit struct {
 	Tokens   int  // new output tokens (more than one with speculative decoding)
 	First    bool // these include the first output token
 	Finished bool
+	// Drafted is the number of draft tokens this step verified
+	// (speculative decoding; 0 otherwise): Tokens−1 of them were
+	// accepted, the last token being the target model's own.
+	Drafted int
 }
 
 // StepResult describes one engine step.
@@ -546,6 +556,10 @@ func (e *Engine) apply(end time.Duration) {
 // produced; it reports whether s finished.
 func (e *Engine) advance(s *Seq, n int, end time.Duration) (finished bool) {
 	d := e.d
+	drafted := 0
+	if d.Config.Speculative.NumSpeculativeTokens > 0 && s.numComputed == s.numTokens()-1 {
+		drafted = n - 1 // a verification step: the draft tokens after the last one
+	}
 	produced := e.compute(s, n)
 	e.stats.ComputedTokens += int64(n)
 	if s.chain != nil && produced > 0 {
@@ -565,9 +579,12 @@ func (e *Engine) advance(s *Seq, n int, end time.Duration) (finished bool) {
 	if first {
 		s.FirstTokenAt = end
 	}
-	em := Emit{Seq: s, Tokens: produced, First: first}
+	em := Emit{Seq: s, Tokens: produced, First: first, Drafted: drafted}
 	if s.Output >= s.MaxTokens || s.numTokens() >= d.MaxModelLen {
 		s.Finished, s.FinishReason = true, "length"
+		if s.EOS && s.numTokens() < d.MaxModelLen {
+			s.FinishReason = "stop"
+		}
 		em.Finished = true
 		e.retire(s)
 		finished = true

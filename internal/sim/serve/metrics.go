@@ -1,11 +1,10 @@
 package serve
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttft-dev/ttft/internal/sim"
+	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 )
 
 // vLLM v1's histogram buckets (vllm/v1/metrics/loggers.py).
@@ -25,15 +24,16 @@ type serverMetrics struct {
 	promptTok, genTok, pcQueries, pcHits, pre prometheus.Counter
 	success                                   *prometheus.CounterVec
 	lastStats                                 sim.EngineStats
+	detail                                    detailMetrics // metrics_detail.go
 }
 
-func newServerMetrics(model, engine string) *serverMetrics {
+func newServerMetrics(model, engine string, d *sim.Deployment) *serverMetrics {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"model_name": model, "engine": engine}
 	hist := func(name, help string, b []float64) prometheus.Observer {
-		// Classic buckets as vLLM's, plus a native histogram beside them.
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels,
-			NativeHistogramBucketFactor: 1.1, NativeHistogramMaxBucketNumber: 160, NativeHistogramMinResetDuration: time.Hour})
+		// Classic buckets as vLLM's (which exports nothing else), plus a
+		// native histogram only when TTFT_NATIVE_HISTOGRAMS opts in.
+		h := prometheus.NewHistogram(nativehist.Opts(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels}))
 		reg.MustRegister(h)
 		return h
 	}
@@ -66,6 +66,7 @@ func newServerMetrics(model, engine string) *serverMetrics {
 	m.pre = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})
 	reg.MustRegister(m.success)
+	m.registerDetail(d, labels)
 	return m
 }
 
@@ -81,4 +82,5 @@ func (m *serverMetrics) update(e *sim.Engine) {
 	m.pcHits.Add(float64(st.PrefixHits - m.lastStats.PrefixHits))
 	m.pre.Add(float64(st.Preemptions - m.lastStats.Preemptions))
 	m.lastStats = st
+	m.updateDetail(e)
 }

@@ -31,7 +31,8 @@ type Config struct {
 	Addr string `yaml:"addr,omitempty"`
 	// ServedModelName is the model id clients use (default: the catalog name).
 	ServedModelName string `yaml:"served_model_name,omitempty"`
-	// DefaultMaxTokens is the output length when a request sets no limit.
+	// DefaultMaxTokens is the output length when a request sets no limit:
+	// the reply's natural length, ended by EOS (finish_reason "stop").
 	DefaultMaxTokens int         `yaml:"default_max_tokens,omitempty"`
 	Faults           FaultConfig `yaml:"faults,omitempty"`
 	// StartupDelay makes /health and every endpoint answer 503 for this long
@@ -136,7 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		origin:   time.Now(),
 		in:       make(chan *liveReq, 4096),
 		aborts:   make(chan *sim.Seq, 4096),
-		metrics:  newServerMetrics(name, "0"),
+		metrics:  newServerMetrics(name, "0", d),
 		faultRng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6661756c74)),
 		cancel:   cancel,
 		done:     make(chan struct{}),
@@ -361,9 +362,11 @@ func (s *Server) deliver(emits []sim.Emit, end time.Duration) {
 				m.tpot.Observe((end - sq.FirstTokenAt).Seconds() / float64(sq.Output-1))
 			}
 			m.success.WithLabelValues(sq.FinishReason).Inc()
+			m.observeFinished(sq, st.params)
 		}
 		st.push(ev)
 	}
+	m.observeStep(emits)
 }
 
 // ---- streams ----
@@ -385,6 +388,7 @@ type stream struct {
 	notify   chan struct{}
 	received time.Duration // engine time the request arrived
 	lastEmit time.Duration // engine goroutine only
+	params   requestParams // for the finished-request metrics
 }
 
 func (st *stream) push(ev tokenEv) {
@@ -524,7 +528,8 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	if faults.SlowStart > 0 {
 		received = s.since()
 	}
-	st := &stream{notify: make(chan struct{}, 1), received: received}
+	st := &stream{notify: make(chan struct{}, 1), received: received,
+		params: newRequestParams(s.d, req.MaxCompletionTokens, req.MaxTokens, req.N, seq.PromptLen)}
 	seq.Tag = st
 	select {
 	case s.in <- &liveReq{seq: seq, ready: received + s.d.APIDelay(others), st: st}:
@@ -583,6 +588,9 @@ func (s *Server) readRequest(r *http.Request, chat bool) (*wire.ChatCompletionRe
 	if err != nil {
 		return nil, nil, badRequest(err.Error())
 	}
+	// Without a limit the reply has its natural length, the server's
+	// default, and ends at EOS (finish_reason "stop") unless EOS is ignored.
+	seq.EOS = req.MaxCompletionTokens == nil && req.MaxTokens == nil && !req.IgnoreEOS
 	if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
 		// The reply's blocks are hashed as the next turn's prompt will
 		// carry them: a chat prompt joins messages with "\n", so the reply
