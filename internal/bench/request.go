@@ -54,6 +54,9 @@ func (r *Runner) do(ctx context.Context, req *workload.Request, intended time.Ti
 	if r.opt.Tokenizer != nil && text != "" {
 		rec.OutputTokensTokenizer = r.opt.Tokenizer.Count(text)
 	}
+	if r.opt.Text != nil {
+		r.opt.Text(rec, text)
+	}
 	r.finish(rec)
 	for _, o := range r.opt.Observers {
 		o.Done(ctx, rec)

@@ -62,6 +62,10 @@ type Options struct {
 	Tokenizer workload.Tokenizer
 	Sinks     []Sink
 	Observers []Observer
+	// Text, when set, receives each request's generated text (all
+	// channels) before its record goes to the sinks; from request
+	// goroutines, concurrently.
+	Text func(rec *record.Record, text string)
 	// Client overrides the HTTP client (tests); by default a pooled client
 	// sized to the concurrency is built.
 	Client *http.Client

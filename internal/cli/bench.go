@@ -42,6 +42,7 @@ type benchOptions struct {
 	TTFTTimeout   time.Duration
 	Out           string
 	Format        string
+	vllm          vllmFormatOptions
 	MaxErrorRate  float64
 	MaxEventBytes int
 	Temperature   float64
@@ -111,7 +112,8 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit for a whole request")
 	f.DurationVar(&o.TTFTTimeout, "ttft-timeout", time.Minute, "limit until the first token")
 	f.StringVarP(&o.Out, "out", "o", "", "results directory (default: a new directory under the ttft data directory)")
-	f.StringVar(&o.Format, "format", "", "also write summary in another schema: vllm (vLLM benchmark_serving JSON)")
+	f.StringVar(&o.Format, "format", "", "also write the summary in another schema: vllm (DIR/summary.vllm.json, the result file of vllm bench serve --save-result)")
+	addVLLMFormatFlags(f, &o.vllm)
 	f.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.01, "exit 1 when the fraction of failed requests is above this")
 	f.IntVar(&o.MaxEventBytes, "max-event-bytes", 8<<20, "largest stream line or event accepted")
 	f.Float64Var(&o.Temperature, "temperature", 0.7, "sampling temperature sent with each request")
@@ -191,7 +193,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 		extra[rundir.TurnsFile] = drift
 	}
 	if o.Format == "vllm" {
-		extra[rundir.VLLMSummaryFile] = vllmSummary(sum, res.Records, tgt, o)
+		extra[rundir.VLLMSummaryFile] = rundir.Raw(b.vllmResult(sum, res.Records))
 	}
 	// A failed file (a full disk) loses nothing the run measured: the
 	// records are in memory, so the summary is printed and the run stored
@@ -219,9 +221,13 @@ func (o *benchOptions) requestOptions(env *Env) (wire.API, wire.RequestOptions, 
 	if err != nil {
 		return "", reqOpt, usageErr("--api: %v", err)
 	}
-	switch {
-	case o.Format != "" && o.Format != "vllm":
+	if o.Format != "" && o.Format != "vllm" {
 		return "", reqOpt, usageErr("--format must be vllm, got %q", o.Format)
+	}
+	if err := o.vllm.validate(o.load.fs, o.Format); err != nil {
+		return "", reqOpt, err
+	}
+	switch {
 	case o.MaxErrorRate < 0 || o.MaxErrorRate > 1:
 		return "", reqOpt, usageErr("--max-error-rate must be between 0 and 1, got %v", o.MaxErrorRate)
 	case o.MaxTokensKey != "max_tokens" && o.MaxTokensKey != "max_completion_tokens":
@@ -277,6 +283,8 @@ type benchRun struct {
 	runID    string
 	dir      string
 	man      record.Manifest
+	// texts keeps the responses for --format-detailed.
+	texts textKeeper
 	// cpuWarning says the client was short of CPU ("" when not).
 	cpuWarning string
 }
@@ -331,7 +339,7 @@ func (b *benchRun) execute(ctx context.Context, rd *rundir.Writer, reqOpt wire.R
 		Requests: o.load.Requests, Duration: o.load.Duration, Warmup: o.load.Warmup,
 		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
 		Seed: o.work.Seed, RunID: b.runID, Target: b.tgt.label, Tokenizer: tok,
-		Sinks: sinks(rd, o.onRecord), Observers: observers,
+		Sinks: sinks(rd, o.onRecord), Observers: observers, Text: b.keepText(),
 		// W3C trace context of each request's span goes to the server.
 		Client: &http.Client{Transport: telemetry.Transport(transport)},
 	})

@@ -37,6 +37,7 @@ var vllmFlagNames = map[string]string{
 	"random-input-len":  "prompt-tokens",
 	"random-output-len": "max-tokens",
 	"dataset-path":      "dataset",
+	"save-detailed":     "format-detailed",
 }
 
 // vllmAliases is a pflag normalizer accepting vllmFlagNames.

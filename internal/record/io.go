@@ -159,7 +159,12 @@ func WriteJSON(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	b = append(b, '\n')
+	return WriteFile(path, append(b, '\n'))
+}
+
+// WriteFile writes b to path atomically (temp file + rename), readable by
+// all like every result file.
+func WriteFile(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating directory for %s: %w", path, err)
 	}

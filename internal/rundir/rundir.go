@@ -62,9 +62,9 @@ func (w *Writer) Kept() int { return w.jsonl.Kept() }
 func (w *Writer) RequestsPath() string { return w.jsonl.Path() }
 
 // Finish closes requests.jsonl and writes the extra files (name → JSON
-// value: turns.json, summary.vllm.json), then summary.json and the final
-// manifest (redacted), in that order, so that the summary on disk is
-// written after everything it could warn about. A nil sum writes no
+// value or Raw bytes: turns.json, summary.vllm.json), then summary.json
+// and the final manifest (redacted), in that order, so that the summary on
+// disk is written after everything it could warn about. A nil sum writes no
 // summary. Every file that can be written is; the failures come back
 // (none: an empty slice), each naming its file.
 func (w *Writer) Finish(man record.Manifest, sum *record.Summary, extra map[string]any) []error {
@@ -77,6 +77,10 @@ func (w *Writer) Finish(man record.Manifest, sum *record.Summary, extra map[stri
 	add(w.jsonl.Err())
 	add(w.jsonl.Close())
 	for _, name := range sortedKeys(extra) {
+		if raw, ok := extra[name].(Raw); ok {
+			add(record.WriteFile(filepath.Join(w.dir, name), raw))
+			continue
+		}
 		add(record.WriteJSON(filepath.Join(w.dir, name), extra[name]))
 	}
 	if sum != nil {
@@ -86,6 +90,10 @@ func (w *Writer) Finish(man record.Manifest, sum *record.Summary, extra map[stri
 	add(record.WriteJSON(filepath.Join(w.dir, ManifestFile), man))
 	return errs
 }
+
+// Raw is an extra file's content, written as is: a schema whose JSON is not
+// Go's (summary.vllm.json spells numbers as Python's json module does).
+type Raw []byte
 
 // Close closes requests.jsonl without writing anything else (a run that
 // failed before it had a summary).
