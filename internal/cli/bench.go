@@ -42,6 +42,8 @@ type benchOptions struct {
 	TTFTTimeout   time.Duration
 	Out           string
 	Format        string
+	Goodput       []string
+	goodputSLOs   []workload.SLO
 	vllm          vllmFormatOptions
 	MaxErrorRate  float64
 	MaxEventBytes int
@@ -112,6 +114,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit for a whole request")
 	f.DurationVar(&o.TTFTTimeout, "ttft-timeout", time.Minute, "limit until the first token")
 	f.StringVarP(&o.Out, "out", "o", "", "results directory (default: a new directory under the ttft data directory)")
+	f.StringSliceVar(&o.Goodput, "goodput", nil, "goodput objectives as vLLM's --goodput, NAME:MS with NAME ttft, tpot or e2el (comma-separated or repeated; e.g. ttft:120,tpot:50): the summary's goodput counts requests meeting all of them (replaces a scenario's for goodput; its verdicts stay)")
 	f.StringVar(&o.Format, "format", "", "also write the summary in another schema: vllm (DIR/summary.vllm.json, the result file of vllm bench serve --save-result)")
 	addVLLMFormatFlags(f, &o.vllm)
 	f.Float64Var(&o.MaxErrorRate, "max-error-rate", 0.01, "exit 1 when the fraction of failed requests is above this")
@@ -220,6 +223,13 @@ func (o *benchOptions) requestOptions(env *Env) (wire.API, wire.RequestOptions, 
 	api, err := wire.ParseAPI(o.API)
 	if err != nil {
 		return "", reqOpt, usageErr("--api: %v", err)
+	}
+	if len(o.Goodput) > 0 {
+		slos, err := workload.ParseGoodput(o.Goodput)
+		if err != nil {
+			return "", reqOpt, usageErr("--goodput: %v", err)
+		}
+		o.goodputSLOs = slos
 	}
 	if o.Format != "" && o.Format != "vllm" {
 		return "", reqOpt, usageErr("--format must be vllm, got %q", o.Format)
@@ -403,6 +413,10 @@ func (b *benchRun) summarize(res bench.Result, rd *rundir.Writer) record.Summary
 	if b.scenario != nil {
 		verdicts, goodput := b.scenario.Evaluate(sum, res.Records)
 		sum.SLO, sum.Goodput = verdicts, &goodput
+	}
+	if len(o.goodputSLOs) > 0 {
+		g := workload.Goodput(o.goodputSLOs, sum, res.Records)
+		sum.Goodput = &g
 	}
 	return sum
 }

@@ -84,6 +84,9 @@ func printSummary(w io.Writer, s *record.Summary, m *record.Manifest, dir string
 // without SLOs).
 func printVerdicts(w io.Writer, s *record.Summary) {
 	if len(s.SLO) == 0 {
+		if g := s.Goodput; g != nil { // --goodput without a scenario
+			fmt.Fprintf(w, "\ngoodput %.2f req/s meeting every --goodput objective (attainment %.1f%%)\n", g.RequestsPerS, 100*g.Attainment)
+		}
 		return
 	}
 	fmt.Fprintf(w, "\nSLO verdicts (scenario %s):\n", s.Scenario)

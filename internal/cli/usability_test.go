@@ -256,3 +256,30 @@ func TestRunsExportCSV(t *testing.T) {
 		t.Errorf("summary.csv (%v):\n%s", err, data)
 	}
 }
+
+// --goodput (vLLM's objectives) puts goodput in the summary, the table and
+// the vLLM result file without a scenario.
+func TestGoodputFlag(t *testing.T) {
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "-n", "8", "--max-tokens", "8", "--no-progress", "--no-store", "--out", out,
+		"--goodput", "ttft:10000,e2el:60000", "--format", "vllm")
+	if code != 0 || !strings.Contains(stdout, "goodput") || !strings.Contains(stdout, "attainment 100.0%") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var sum record.Summary
+	if b, err := os.ReadFile(filepath.Join(out, "summary.json")); err != nil || json.Unmarshal(b, &sum) != nil || sum.Goodput == nil || sum.Goodput.Attainment != 1 || len(sum.SLO) != 0 {
+		t.Fatalf("summary goodput %+v (%v)", sum.Goodput, err)
+	}
+	var v map[string]any
+	if b, err := os.ReadFile(filepath.Join(out, "summary.vllm.json")); err != nil || json.Unmarshal(b, &v) != nil || v["request_goodput"] == nil {
+		t.Errorf("vllm request_goodput: %v", v["request_goodput"])
+	}
+	// An impossible objective: nothing meets it.
+	code, stdout, _ = runCLI(t, "bench", "-n", "4", "--max-tokens", "4", "--no-progress", "--no-store", "--out", t.TempDir(), "--goodput", "ttft:0.001")
+	if code != 0 || !strings.Contains(stdout, "attainment 0.0%") {
+		t.Errorf("ttft:0.001: exit %d\n%s", code, stdout)
+	}
+	if code, _, stderr := runCLI(t, "bench", "--goodput", "latency:5"); code != ExitUsage || !strings.Contains(stderr, "ttft, tpot or e2el") {
+		t.Errorf("bad objective: exit %d %s", code, stderr)
+	}
+}

@@ -384,7 +384,7 @@ func vllmResult(in *vllmInput) []byte {
 	o.set("total_input_tokens", totalIn)
 	o.set("total_output_tokens", totalOut)
 	o.set("request_throughput", perS(completed))
-	if g := in.sum.Goodput; g != nil && len(in.sum.SLO) > 0 {
+	if g := in.sum.Goodput; g != nil {
 		o.set("request_goodput", g.RequestsPerS)
 	} else {
 		o.set("request_goodput", nil)

@@ -1,7 +1,11 @@
 package workload
 
 import (
+	"fmt"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/stats"
@@ -49,6 +53,12 @@ func (s *Scenario) Evaluate(sum record.Summary, recs []record.Record) ([]record.
 		verdicts = append(verdicts, v)
 	}
 
+	return verdicts, Goodput(s.SLOs, sum, recs)
+}
+
+// Goodput is the rate of measured requests that met every one of slos on
+// their own (see Scenario.Evaluate), as vLLM's --goodput counts it.
+func Goodput(slos []SLO, sum record.Summary, recs []record.Record) record.Goodput {
 	var total, good int
 	for i := range recs {
 		r := &recs[i]
@@ -56,7 +66,7 @@ func (s *Scenario) Evaluate(sum record.Summary, recs []record.Record) ([]record.
 			continue
 		}
 		total++
-		if r.OK() && s.meets(r) {
+		if r.OK() && meets(slos, r) {
 			good++
 		}
 	}
@@ -67,7 +77,31 @@ func (s *Scenario) Evaluate(sum record.Summary, recs []record.Record) ([]record.
 	if sum.DurationS > 0 {
 		g.RequestsPerS = float64(good) / sum.DurationS
 	}
-	return verdicts, g
+	return g
+}
+
+// ParseGoodput reads vLLM's --goodput objectives, "ttft:120", "tpot:50",
+// "e2el:1000" (milliseconds; e2e is taken for e2el), into per-request SLOs.
+func ParseGoodput(specs []string) ([]SLO, error) {
+	var out []SLO
+	for _, spec := range specs {
+		k, v, ok := strings.Cut(strings.TrimSpace(spec), ":")
+		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil || !(ms > 0) || math.IsInf(ms, 0) {
+			return nil, fmt.Errorf("goodput objective %q: want NAME:MILLISECONDS with NAME ttft, tpot or e2el (e.g. ttft:120)", spec)
+		}
+		metric := strings.ToLower(strings.TrimSpace(k))
+		switch metric {
+		case "ttft", "tpot":
+		case "e2el", "e2e":
+			metric = "e2e"
+		default:
+			return nil, fmt.Errorf("goodput objective %q: %q is not ttft, tpot or e2el", spec, k)
+		}
+		// Per request, a limit has no statistic (that is for verdicts).
+		out = append(out, SLO{Metric: metric, LimitMs: Millis(ms)})
+	}
+	return out, nil
 }
 
 // Passed reports whether every verdict passed.
@@ -81,8 +115,8 @@ func Passed(vs []record.SLOVerdict) bool {
 }
 
 // meets reports whether one completed request met every SLO on its own.
-func (s *Scenario) meets(r *record.Record) bool {
-	for _, slo := range s.SLOs {
+func meets(slos []SLO, r *record.Record) bool {
+	for _, slo := range slos {
 		lim := float64(slo.LimitMs)
 		var v float64
 		switch slo.Metric {
