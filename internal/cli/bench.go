@@ -450,8 +450,10 @@ func (b *benchRun) exit(sum *record.Summary, res bench.Result, runErr, keep erro
 func keepRun(ctx context.Context, env *Env, cmd, db string, quiet, noStore bool, rd *rundir.Writer, man record.Manifest, sum *record.Summary, recs []record.Record, extra map[string]any) error {
 	fileErr := rundir.ErrorText(rd.Finish(man, sum, extra))
 	storedID := ""
+	var storeErr error
 	if !noStore {
 		if id, err := storeRun(ctx, env, db, rd.Dir(), man, *sum, recs); err != nil {
+			storeErr = err
 			where := "in " + rd.Dir()
 			if fileErr != nil {
 				where = "not (all) on disk either: only what the summary below shows is kept"
@@ -465,6 +467,12 @@ func keepRun(ctx context.Context, env *Env, cmd, db string, quiet, noStore bool,
 		}
 	}
 	if fileErr == nil {
+		if storeErr != nil {
+			// Nothing is lost (the directory holds the run, and `ttft
+			// runs import` stores it later), but a run the user expects
+			// in the database is not there: say so in the exit status.
+			return failErr("storing the run: %v; its results are in %s (ttft runs import %s stores them)", storeErr, rd.Dir(), rd.Dir())
+		}
 		return nil
 	}
 	kept := "only the summary printed"

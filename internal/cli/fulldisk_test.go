@@ -2,12 +2,15 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ttft-dev/ttft/internal/record"
 	"github.com/ttft-dev/ttft/internal/store"
@@ -54,5 +57,38 @@ func TestBenchFullDiskKeepsTheRun(t *testing.T) {
 	stored, err := st.Records(context.Background(), m[1])
 	if err != nil || len(stored) != n {
 		t.Errorf("database run %s: %d records (%v), want %d", m[1], len(stored), err, n)
+	}
+}
+
+// A results database that cannot take the run (corrupt, on a read-only file
+// system) is named in an error and a non-zero exit; the run directory holds
+// every record, for ttft runs import later. Never a hang.
+func TestBenchBrokenDatabaseKeepsTheRun(t *testing.T) {
+	corrupt := filepath.Join(t.TempDir(), "ttft.db")
+	if err := os.WriteFile(corrupt, []byte(strings.Repeat("not a database ", 512)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ro := testutil.TinyFS(t, 1<<20)
+	roDB := filepath.Join(ro, "ttft.db")
+	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", roDB, "--out", t.TempDir()); code != 0 {
+		t.Fatalf("making the database: exit %d\n%s", code, stderr)
+	}
+	if out, err := exec.Command("mount", "-o", "remount,ro", ro).CombinedOutput(); err != nil {
+		testutil.Missing(t, "a read-only remount", fmt.Sprintf("%v: %s", err, out))
+	}
+	t.Cleanup(func() { exec.Command("mount", "-o", "remount,rw", ro).Run() })
+	for name, db := range map[string]string{"corrupt": corrupt, "read-only": roDB} {
+		out := filepath.Join(t.TempDir(), "run")
+		start := time.Now()
+		code, stdout, stderr := runCLI(t, "bench", "-n", "6", "--max-tokens", "4", "--no-progress", "--db", db, "--out", out)
+		if code != ExitFail || !strings.Contains(stderr, db) || !strings.Contains(stderr, "ttft runs import "+out) {
+			t.Errorf("%s: exit %d, want %d naming %s and the run directory\nstdout:\n%s\nstderr:\n%s", name, code, ExitFail, db, stdout, stderr)
+		}
+		if recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl")); err != nil || len(recs) != 6 {
+			t.Errorf("%s: requests.jsonl has %d records (%v), want 6", name, len(recs), err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("%s: took %v", name, d)
+		}
 	}
 }

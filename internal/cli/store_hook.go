@@ -17,14 +17,18 @@ func storeRun(ctx context.Context, env *Env, dsn, dir string, man record.Manifes
 	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
-		return "", fmt.Errorf("opening %s: %w", dsn, err)
+		return "", err // it names the store (a URL's password hidden)
 	}
 	defer st.Close()
 	labels := map[string]string{"dir": dir}
 	for k, v := range man.Labels {
 		labels[k] = v
 	}
-	return st.Save(ctx, store.RunInput{Manifest: man, Summary: sum, Records: recs, Source: man.Source, Labels: labels})
+	id, err := st.Save(ctx, store.RunInput{Manifest: man, Summary: sum, Records: recs, Source: man.Source, Labels: labels})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", st.Describe(), err)
+	}
+	return id, nil
 }
 
 // defaultDSN is the results database when --db is not given: $TTFT_DB, else
