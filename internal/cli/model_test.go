@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,9 +11,7 @@ import (
 
 func runModelCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
-	return code, out.String(), errb.String()
+	return runCLI(t, args...)
 }
 
 func TestModelSynthCLI(t *testing.T) {

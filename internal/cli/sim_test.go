@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -19,9 +18,7 @@ import (
 
 func runSimCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), Env{Args: args, Stdout: &out, Stderr: &errb})
-	return code, out.String(), errb.String()
+	return runCLI(t, args...) // a private HOME: results never land in a shared data directory
 }
 
 func TestSimRunWritesBenchFiles(t *testing.T) {
