@@ -3,8 +3,10 @@ package rundir
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/record"
@@ -76,7 +78,7 @@ func (w *Writer) Finish(man record.Manifest, sum *record.Summary, extra map[stri
 	}
 	add(w.jsonl.Err())
 	add(w.jsonl.Close())
-	for _, name := range sortedKeys(extra) {
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
 		if raw, ok := extra[name].(Raw); ok {
 			add(record.WriteFile(filepath.Join(w.dir, name), raw))
 			continue
@@ -109,19 +111,6 @@ func ErrorText(errs []error) error {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, "; "))
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	return keys
 }
 
 // RedactArgs hides secrets from the recorded command line.

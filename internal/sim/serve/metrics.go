@@ -30,23 +30,8 @@ type serverMetrics struct {
 func newServerMetrics(model, engine string, d *sim.Deployment) *serverMetrics {
 	reg := prometheus.NewRegistry()
 	labels := prometheus.Labels{"model_name": model, "engine": engine}
-	hist := func(name, help string, b []float64) prometheus.Observer {
-		// Classic buckets as vLLM's (which exports nothing else), plus a
-		// native histogram only when TTFT_NATIVE_HISTOGRAMS opts in.
-		h := prometheus.NewHistogram(nativehist.Opts(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels}))
-		reg.MustRegister(h)
-		return h
-	}
-	gauge := func(name, help string) prometheus.Gauge {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(g)
-		return g
-	}
-	counter := func(name, help string) prometheus.Counter {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(c)
-		return c
-	}
+	r := registrar{reg: reg, labels: labels}
+	hist, gauge, counter := r.hist, r.gauge, r.counter
 	m := &serverMetrics{reg: reg}
 	m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
 	m.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets)
@@ -66,7 +51,7 @@ func newServerMetrics(model, engine string, d *sim.Deployment) *serverMetrics {
 	m.pre = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})
 	reg.MustRegister(m.success)
-	m.registerDetail(d, labels)
+	m.registerDetail(d, r)
 	return m
 }
 
@@ -83,4 +68,31 @@ func (m *serverMetrics) update(e *sim.Engine) {
 	m.pre.Add(float64(st.Preemptions - m.lastStats.Preemptions))
 	m.lastStats = st
 	m.updateDetail(e)
+}
+
+// registrar makes and registers the server's series, each with the
+// model_name and engine labels.
+type registrar struct {
+	reg    *prometheus.Registry
+	labels prometheus.Labels
+}
+
+// hist is a histogram with vLLM's classic buckets (vLLM exports nothing
+// else), plus a native one only when TTFT_NATIVE_HISTOGRAMS opts in.
+func (r registrar) hist(name, help string, b []float64) prometheus.Observer {
+	h := prometheus.NewHistogram(nativehist.Opts(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: r.labels}))
+	r.reg.MustRegister(h)
+	return h
+}
+
+func (r registrar) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: r.labels})
+	r.reg.MustRegister(g)
+	return g
+}
+
+func (r registrar) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: r.labels})
+	r.reg.MustRegister(c)
+	return c
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttft-dev/ttft/internal/sim"
-	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
 )
 
 // The rest of vLLM v1's metrics that dashboards, the Gateway API Inference
@@ -98,19 +97,10 @@ func newRequestParams(d *sim.Deployment, maxCompletionTokens, maxTokens *int, n,
 
 // registerDetail adds the detail metrics to m's registry; labels are
 // model_name and engine.
-func (m *serverMetrics) registerDetail(d *sim.Deployment, labels prometheus.Labels) {
-	reg := m.reg
+func (m *serverMetrics) registerDetail(d *sim.Deployment, r registrar) {
+	reg, labels := r.reg, r.labels
 	x := &m.detail
-	hist := func(name, help string, b []float64) prometheus.Observer {
-		h := prometheus.NewHistogram(nativehist.Opts(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels}))
-		reg.MustRegister(h)
-		return h
-	}
-	counter := func(name, help string) prometheus.Counter {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-		reg.MustRegister(c)
-		return c
-	}
+	hist, counter := r.hist, r.counter
 	tokens := buckets125(d.MaxModelLen)
 	x.promptTokens = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
 	x.genTokens = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tokens)
