@@ -45,6 +45,9 @@ func (r *Runner) do(ctx context.Context, req *workload.Request, intended time.Ti
 	if r.opt.RunID != "" {
 		rec.ID = r.opt.RunID + "-" + strconv.Itoa(req.Index)
 	}
+	if !r.opt.Request.NoTemperature {
+		rec.Temperature = &r.opt.Request.Temperature // shared and read-only: no allocation per request
+	}
 	for _, o := range r.opt.Observers {
 		ctx = o.Start(ctx, req, rec)
 	}
@@ -125,7 +128,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 // response with its body unread; nil when rec is already complete (the
 // request could not be built or sent, or the status was not 2xx).
 func (r *Runner) exchange(ctx context.Context, nt *netTrace, req *workload.Request, rec *record.Record) *http.Response {
-	hreq, err := wire.NewRequest(httptrace.WithClientTrace(ctx, nt.clientTrace()), r.opt.API, r.opt.BaseURL, req, &r.opt.Request)
+	hreq, err := r.requester.New(httptrace.WithClientTrace(ctx, nt.clientTrace()), req)
 	if err != nil {
 		fail(rec, record.ErrClientRequest, err)
 		rec.Sent, rec.End = r.now(), r.now()
@@ -196,7 +199,17 @@ func (st *streamState) read(ctx context.Context, r *Runner, resp *http.Response,
 		st.arrival = &arrivalClock{conn: s, now: r.now}
 		clock = st.arrival.Now
 	}
-	rd := sse.NewReader(resp.Body, sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: clock})
+	opt := sse.Options{MaxEventBytes: r.opt.MaxEventBytes, Now: clock}
+	rd, _ := r.readers.Get().(*sse.Reader)
+	if rd == nil {
+		rd = sse.NewReader(resp.Body, opt)
+	} else {
+		rd.Reset(resp.Body, opt)
+	}
+	defer func() {
+		rd.Reset(nil, sse.Options{}) // let go of this response
+		r.readers.Put(rd)
+	}()
 	dec := wire.NewDecoder(r.opt.API)
 	var chunk wire.Chunk
 	rec := st.rec
@@ -253,6 +266,12 @@ func (st *streamState) ended(ctx context.Context, err error, nt *netTrace) {
 // reason, usage and server timings.
 func (st *streamState) chunk(c *wire.Chunk, ev *sse.Event) {
 	rec := st.rec
+	if c.ID != "" && rec.ResponseID == "" {
+		rec.ResponseID = c.ID
+	}
+	if c.Model != "" && rec.ResponseModel == "" {
+		rec.ResponseModel = c.Model
+	}
 	if c.HasToken() {
 		if rec.FirstToken.IsZero() {
 			rec.FirstToken = ev.At
@@ -322,6 +341,7 @@ func (r *Runner) whole(resp *http.Response, rec *record.Record) string {
 		return ""
 	}
 	rec.NotStreamed = true
+	rec.ResponseID, rec.ResponseModel = c.ID, c.Model
 	rec.FirstEvent = rec.End
 	text := c.Content + c.Reasoning + c.ToolArgs
 	if text != "" {

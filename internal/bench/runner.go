@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,10 @@ type Options struct {
 	// ReadClock times events when the read returns, never by the
 	// kernel's receive timestamp (for comparing the two).
 	ReadClock bool
+	// Shard, with Count > 1, makes this runner one shard of a run spread
+	// over several load generators (see Shard). Requests, Warmup,
+	// Concurrency and MaxConcurrency stay the whole run's figures.
+	Shard Shard
 }
 
 // Result is what a run produced.
@@ -85,6 +90,12 @@ type Result struct {
 	Started     time.Time
 	Ended       time.Time
 	Interrupted bool
+	// Origin is the measured phase's start, from which intended times
+	// count: the shards' common start when Shard.Start set it.
+	Origin time.Time
+	// StartLate is how long after Origin this runner woke to start it
+	// (sharded runs: this shard's part of the start skew).
+	StartLate time.Duration
 }
 
 // Runner executes runs. It is safe to use one Runner per run.
@@ -92,6 +103,11 @@ type Runner struct {
 	opt    Options
 	client *http.Client
 	now    func() time.Time
+	// requester builds each request from what the run prepared once.
+	requester *wire.Requester
+	// readers are SSE readers kept between requests (their buffers were
+	// a request's largest allocation).
+	readers sync.Pool
 	// kernelClock: event times come from the socket's kernel receive
 	// timestamps where the connection has them (see rxstamp.go).
 	kernelClock bool
@@ -106,6 +122,14 @@ type Runner struct {
 	failed   atomic.Int64
 	progress *Progress
 	feedback workload.FeedbackSource
+
+	// origin, once set, is the measured phase's start (a shard barrier's);
+	// startLate how late this runner woke for it.
+	origin    time.Time
+	startLate time.Duration
+	// selfSharded: the source split itself (workload.ShardedSource), so
+	// the runner takes every item it yields.
+	selfSharded bool
 }
 
 // New validates options and builds a runner.
@@ -115,6 +139,9 @@ func New(opt Options) (*Runner, error) {
 	}
 	if opt.Rate <= 0 && opt.Concurrency <= 0 {
 		opt.Concurrency = 1
+	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	kernelClock := opt.Now == nil && !opt.ReadClock
 	if opt.Now == nil {
@@ -127,6 +154,7 @@ func New(opt Options) (*Runner, error) {
 		opt.Burstiness = 1
 	}
 	r := &Runner{opt: opt, now: opt.Now, kernelClock: kernelClock, progress: newProgress()}
+	r.requester = wire.NewRequester(opt.API, opt.BaseURL, &r.opt.Request)
 	if n := opt.Requests + opt.Warmup; opt.Requests > 0 && n <= 1<<17 {
 		// Growing the slice copies every record so far while other
 		// requests wait on the lock: at thousands of streams that copy
@@ -180,6 +208,14 @@ func (r *Runner) Run(ctx context.Context, src workload.Source) (Result, error) {
 	start := r.now()
 	r.feedback, _ = src.(workload.FeedbackSource)
 	open := r.isOpenLoop(src)
+	if sh := r.opt.Shard; sh.active() {
+		if ss, ok := src.(workload.ShardedSource); ok {
+			if err := ss.SetShard(sh.Index, sh.Count); err != nil {
+				return r.result(start, false), fmt.Errorf("workload: %w", err)
+			}
+			r.selfSharded = true
+		}
+	}
 	if r.client == nil {
 		t := NewTransport(max(r.opt.Concurrency, r.opt.MaxConcurrency, 64))
 		if !open {
@@ -197,7 +233,12 @@ func (r *Runner) Run(ctx context.Context, src workload.Source) (Result, error) {
 	}
 	var err error
 	if ctx.Err() == nil {
-		r.progress.begin(r.opt.Requests, r.now())
+		if err := r.barrier(ctx); err != nil {
+			return r.result(start, ctx.Err() != nil), err
+		}
+	}
+	if ctx.Err() == nil {
+		r.progress.begin(r.opt.Shard.share(r.opt.Requests), r.now())
 		if open {
 			err = r.openLoop(ctx, src)
 		} else {
@@ -212,7 +253,78 @@ func (r *Runner) result(start time.Time, interrupted bool) Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Result{Records: r.recs, Canceled: r.canceled, SinkErrors: r.sinkErrs,
-		Started: start, Ended: r.now(), Interrupted: interrupted}
+		Started: start, Ended: r.now(), Interrupted: interrupted, Origin: r.origin, StartLate: r.startLate}
+}
+
+// barrier waits for the shards' common start, when there is one, and makes
+// it the measured phase's origin: every shard then counts the same intended
+// times from the same instant.
+func (r *Runner) barrier(ctx context.Context) error {
+	if r.opt.Shard.Start == nil {
+		return nil
+	}
+	t, err := r.opt.Shard.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for the other shards: %w", err)
+	}
+	// Sleep to just before the start, then spin: a timer wakes a
+	// goroutine up to milliseconds late on a busy machine, and that
+	// lateness would be the shards' start skew.
+	if !sleepUntil(ctx, t.Add(-2*time.Millisecond), r.now) {
+		return nil // interrupted: Run reports it
+	}
+	for r.now().Before(t) {
+		runtime.Gosched()
+	}
+	r.origin, r.startLate = t, r.now().Sub(t)
+	return nil
+}
+
+// phaseStart is the origin of a phase's schedule: the shards' common start
+// for the measured phase, else now.
+func (r *Runner) phaseStart(warm bool) time.Time {
+	if !warm && !r.origin.IsZero() {
+		return r.origin
+	}
+	return r.now()
+}
+
+// pull returns the next request this shard sends, passing over the other
+// shards' items (global index gi and the running index idx advance for
+// each). skipped reports the items passed over, so an open loop can keep its
+// arrival process in step.
+func (r *Runner) pull(ctx context.Context, src workload.Source, gi *int, idx *int, limit int, warm bool, skipped func()) (*workload.Request, error) {
+	sh := r.opt.Shard
+	if r.selfSharded {
+		// The source yields only this shard's items; number them apart
+		// from the other shards' (local item j is global j*Count+Index).
+		base := *idx
+		req, err := r.next(ctx, src, idx, warm)
+		if err != nil {
+			return nil, err
+		}
+		req.Index = base + (*gi)*sh.Count + sh.Index - *gi
+		*gi++
+		return req, nil
+	}
+	for sh.active() && !sh.owns(*gi) {
+		if limit > 0 && *gi >= limit {
+			return nil, io.EOF // the last items are the other shards'
+		}
+		if err := skip(ctx, src); err != nil {
+			return nil, err
+		}
+		*gi++
+		*idx++
+		if skipped != nil {
+			skipped()
+		}
+	}
+	if limit > 0 && *gi >= limit {
+		return nil, io.EOF
+	}
+	*gi++
+	return r.next(ctx, src, idx, warm)
 }
 
 // next pulls one request, numbering it and applying warm-up.
@@ -241,11 +353,17 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 	}
 	jobs := make(chan *workload.Request)
 	var wg sync.WaitGroup
-	start := r.now()
+	start := r.phaseStart(warm)
 	if c, ok := src.(workload.ClockedSource); ok {
 		c.SetOrigin(start) // session think times and At offsets count from here
 	}
+	sh := r.opt.Shard
+	mine := 0
 	for w := range workers {
+		if sh.active() && w%sh.Count != sh.Index && !(w == workers-1 && mine == 0) {
+			continue // another shard's worker
+		}
+		mine++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -266,8 +384,8 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 	if !warm {
 		idx = r.opt.Warmup
 	}
-	for sent := 0; limit <= 0 || sent < limit; sent++ {
-		req, nerr := r.next(dctx, src, &idx, warm)
+	for gi := 0; limit <= 0 || gi < limit; {
+		req, nerr := r.pull(dctx, src, &gi, &idx, limit, warm, nil)
 		if nerr != nil {
 			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
 				err = fmt.Errorf("workload: %w", nerr)
@@ -312,17 +430,26 @@ func (r *Runner) openLoop(ctx context.Context, src workload.Source) error {
 	}
 	var sem chan struct{}
 	if r.opt.MaxConcurrency > 0 {
-		sem = make(chan struct{}, r.opt.MaxConcurrency)
+		sem = make(chan struct{}, max(1, r.opt.Shard.share(r.opt.MaxConcurrency)))
 	}
 	var wg sync.WaitGroup
-	start := r.now()
+	start := r.phaseStart(false)
 	if c, ok := src.(workload.ClockedSource); ok {
 		c.SetOrigin(start)
 	}
 	next := start
 	idx := r.opt.Warmup
-	for sent := 0; r.opt.Requests <= 0 || sent < r.opt.Requests; sent++ {
-		req, nerr := r.next(dctx, src, &idx, false)
+	// A source that shards itself (sessions) ends at the end of its own
+	// share; Requests stays the run's bound.
+	limit := r.opt.Requests
+	// Another shard's item still takes its gap of the arrival process, so
+	// that this shard's intended times are the single run's.
+	skipped := func() {}
+	if arr != nil && !workload.OwnsSchedule(src) {
+		skipped = func() { next = next.Add(arr.Next()) }
+	}
+	for gi := 0; limit <= 0 || gi < limit; {
+		req, nerr := r.pull(dctx, src, &gi, &idx, limit, false, skipped)
 		if nerr != nil {
 			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
 				err = fmt.Errorf("workload: %w", nerr)

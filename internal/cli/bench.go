@@ -56,6 +56,7 @@ type benchOptions struct {
 	ExtraBody     string
 	SelfCheck     bool
 	NoProbe       bool
+	PromptBasis   string
 	NoProgress    bool
 	Labels        []string
 	DB            string
@@ -65,6 +66,7 @@ type benchOptions struct {
 	load  loadOptions
 	work  workloadOptions
 	obs   observeOptions
+	shard shardOptions // shard_flags.go
 	args  []string
 	flags map[string]string
 	// onRecord, when set, sees every finished record as it is written
@@ -126,7 +128,8 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	f.BoolVar(&o.ReadClock, "read-clock", false, "time events when each read returns, as most clients do, instead of by the kernel's receive timestamps")
 	f.StringVar(&o.ExtraBody, "extra-body", "", "JSON object merged into every request body")
 	f.StringVar(&o.MaxTokensKey, "max-tokens-field", "max_tokens", "OpenAI body field for --max-tokens: max_tokens, or max_completion_tokens for OpenAI's reasoning models")
-	f.BoolVar(&o.NoProbe, "no-probe", false, "skip the one-token check request sent to --target before the run (a refused check exits 2 with the server's message)")
+	f.StringVar(&o.PromptBasis, "prompt-length-basis", "server", "what --prompt-tokens counts against a --target: server (the server's tokens, calibrated before the run with its /tokenize or the prompt usage of a few one-token requests, printed) or local (the --tokenizer's)")
+	f.BoolVar(&o.NoProbe, "no-probe", false, "skip the one-token check request sent to --target before the run (a refused check exits 2 with the server's message), and with it the prompt-length calibration")
 	f.BoolVar(&o.SelfCheck, "self-check", false, "measure this client's own added TTFT error and event rate against an exact-timing server")
 	f.BoolVar(&o.NoProgress, "no-progress", false, "no live progress on stderr")
 	f.StringArrayVar(&o.Labels, "label", nil, "label key=value stored in the manifest (repeatable; e.g. gpu=a100)")
@@ -136,6 +139,7 @@ func addBenchFlags(f *pflag.FlagSet, o *benchOptions) {
 	addLoadFlags(f, &o.load)
 	addWorkloadFlags(f, &o.work)
 	addObserveFlags(f, &o.obs)
+	addShardFlags(f, &o.shard)
 }
 
 // benchTarget is what a run measures.
@@ -147,6 +151,12 @@ type benchTarget struct {
 
 // runBench runs one benchmark and writes its files; sweep calls it per point.
 func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, error) {
+	if o.shard.k8s.File != "" { // k8s.go: render the run as an Indexed Job instead
+		if err := o.load.validate(); err != nil {
+			return record.Summary{}, err
+		}
+		return record.Summary{}, renderK8s(env, o)
+	}
 	api, reqOpt, err := o.requestOptions(env)
 	if err != nil {
 		return record.Summary{}, err
@@ -169,10 +179,16 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	reqOpt.Model = tgt.model
 
 	b := &benchRun{o: o, env: env, api: api, tgt: tgt, src: src, scenario: scenario, runID: newRunID(time.Now())}
+	if err := setupShard(ctx, env, o, b); err != nil { // shard_flags.go
+		return record.Summary{}, err
+	}
 	if o.Target != "" && !o.NoProbe {
-		if err := probeTarget(ctx, tgt.client, api, tgt.base, reqOpt, b.runID, probeTimeout(o.TTFTTimeout)); err != nil {
+		if b.probeStatus, err = probeTarget(ctx, tgt.client, api, tgt.base, reqOpt, b.runID, probeTimeout(o.TTFTTimeout)); err != nil {
 			return record.Summary{}, err
 		}
+	}
+	if tok, err = b.alignPromptLengths(ctx, reqOpt, tok); err != nil {
+		return record.Summary{}, err
 	}
 	rd, err := b.createDir()
 	if err != nil {
@@ -202,6 +218,7 @@ func runBench(ctx context.Context, env *Env, o *benchOptions) (record.Summary, e
 	// records are in memory, so the summary is printed and the run stored
 	// in the database all the same, and the failure is named at the end.
 	keep := keepRun(post, env, "ttft bench", o.DB, o.NoStore || o.Quiet, o.NoStore, rd, b.man, &sum, res.Records, extra)
+	keep = finishShard(post, env, b, &sum, res, keep) // shard_flags.go
 	printSummary(env.Stdout, &sum, &b.man, b.dir)
 	if len(sum.ServerSide) > 0 {
 		fmt.Fprintln(env.Stdout, "\nserver side:")
@@ -230,6 +247,9 @@ func (o *benchOptions) requestOptions(env *Env) (wire.API, wire.RequestOptions, 
 			return "", reqOpt, usageErr("--goodput: %v", err)
 		}
 		o.goodputSLOs = slos
+	}
+	if err := checkPromptBasis(o.PromptBasis); err != nil {
+		return "", reqOpt, err
 	}
 	if o.Format != "" && o.Format != "vllm" {
 		return "", reqOpt, usageErr("--format must be vllm, got %q", o.Format)
@@ -276,6 +296,9 @@ func (o *benchOptions) workload(env *Env) (workload.Source, *workload.Scenario, 
 	if err := o.load.fitWorkload(o.work.size(scenario)); err != nil {
 		return nil, nil, nil, err
 	}
+	if src, err = o.load.ramped(src, o.work.Seed); err != nil { // --rate-ramp (load_flags.go)
+		return nil, nil, nil, err
+	}
 	if err := o.load.checkOpenLoopFlags(src); err != nil {
 		return nil, nil, nil, err
 	}
@@ -297,6 +320,9 @@ type benchRun struct {
 	texts textKeeper
 	// cpuWarning says the client was short of CPU ("" when not).
 	cpuWarning string
+	// probeStatus is the HTTP status of the check request (0: not sent or
+	// unanswered); prompt-length calibration needs a target that answers.
+	probeStatus int
 }
 
 func (b *benchRun) scenarioName() string {
@@ -350,6 +376,7 @@ func (b *benchRun) execute(ctx context.Context, rd *rundir.Writer, reqOpt wire.R
 		Timeout: o.Timeout, TTFTTimeout: o.TTFTTimeout, MaxEventBytes: o.MaxEventBytes, ReadClock: o.ReadClock,
 		Seed: o.work.Seed, RunID: b.runID, Target: b.tgt.label, Tokenizer: tok,
 		Sinks: sinks(rd, o.onRecord), Observers: observers, Text: b.keepText(),
+		Shard: o.shard.benchShard(b), // shard_flags.go
 		// W3C trace context of each request's span goes to the server.
 		Client: &http.Client{Transport: telemetry.Transport(transport)},
 	})
@@ -611,6 +638,8 @@ func loadLine(l *loadOptions, src workload.Source, sc *workload.Scenario) string
 		return s
 	}
 	switch {
+	case l.ramp != nil: // --rate-ramp
+		parts = append(parts, capped("Poisson ramp "+l.ramp.String()))
 	case l.Rate > 0:
 		parts = append(parts, capped(fmt.Sprintf("%g req/s %s", l.Rate, l.Arrival)))
 	case workload.OwnsSchedule(src) && sc != nil && sc.Arrival.RatePerS > 0:

@@ -81,6 +81,22 @@ func (o *observeOptions) start(ctx context.Context, env *Env, target string) (ob
 		})
 		fmt.Fprintf(env.Stderr, "tracing: exporting spans to %s as service %q\n", tcfg.Endpoint, tcfg.ServiceName)
 	}
+	// GenAI metrics over OTLP (gen_ai.client.*), on the same variables.
+	if gm, flush, ep, err := telemetry.StartClientMetrics(ctx, env.getenv, "ttft-bench", target); err != nil {
+		cleanup()
+		return nil, nil, usageErr("metrics: %v", err)
+	} else if gm != nil {
+		obs = append(obs, gm)
+		stops = append(stops, func(ctx context.Context) []string {
+			sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			if err := flush(sctx); err != nil {
+				return []string{"warning: " + err.Error()}
+			}
+			return nil
+		})
+		fmt.Fprintf(env.Stderr, "metrics: exporting gen_ai.client.* metrics to %s\n", ep)
+	}
 
 	if o.metricsAddr != "" {
 		m := telemetry.NewBenchMetrics(prometheus.Labels{"target": target})

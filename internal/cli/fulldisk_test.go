@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -90,5 +91,57 @@ func TestBenchBrokenDatabaseKeepsTheRun(t *testing.T) {
 		if d := time.Since(start); d > 30*time.Second {
 			t.Errorf("%s: took %v", name, d)
 		}
+	}
+}
+
+// A results database that another process holds locked makes bench wait
+// for it (SQLite's busy timeout, 60 s, for the concurrent ttft processes
+// it is there for), not fail or drop the run: once the lock goes, the run
+// is stored. A lock held past the timeout ends as the broken database
+// above does, naming the database and the run directory.
+func TestBenchLockedDatabaseWaits(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "ttft.db")
+	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", t.TempDir()); code != 0 {
+		t.Fatalf("making the database: exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatalf("locking the database: %v", err)
+	}
+	const hold = 3 * time.Second
+	locked := time.Now()
+	go func() {
+		time.Sleep(hold)
+		conn.ExecContext(ctx, "COMMIT")
+		conn.Close()
+	}()
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := runCLI(t, "bench", "-n", "6", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d with the lock released after %v\nstdout:\n%s\nstderr:\n%s", code, hold, stdout, stderr)
+	}
+	if d := time.Since(locked); d < hold {
+		t.Errorf("bench finished %v after the lock was taken, before it was released (%v): it did not wait for it", d, hold)
+	}
+	s, err := store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs, err := s.List(ctx, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 {
+		t.Errorf("%d runs stored, want 2 (the one that waited for the lock included)", len(runs))
 	}
 }

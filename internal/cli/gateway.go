@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ type gatewayOptions struct {
 	cpuProfile string
 	httpServer string
 	recordsDir string
+	redis      string
 }
 
 func newGatewayCmd(env *Env) *cobra.Command {
@@ -77,8 +79,9 @@ A request's SLO: header x-ttft-slo-ms, or x-slo-class: ` + strings.Join(sloclass
 	f.BoolVar(&o.noLog, "no-access-log", false, "disable the JSON access log")
 	f.StringVar(&o.httpServer, "http-server", "ttft", "client-facing HTTP/1.1 server: ttft (the gateway's own, lowest overhead) or net/http (Go's standard server)")
 	f.StringVar(&o.recordsDir, "records", "", "write every request through the gateway as a record to `DIR`/requests.jsonl (a run directory for ttft report, compare and runs import)")
+	f.StringVar(&o.redis, "redis", "", "share the prefix index and breakers with the gateway's other replicas through this Redis `URL` (redis://127.0.0.1:6379/0; overrides shared_state.redis)")
 	f.StringVar(&o.cpuProfile, "cpu-profile", "", "write a Go CPU profile to this file when the gateway stops (SIGINT/SIGTERM); for 'go tool pprof'")
-	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env))
+	cmd.AddCommand(newGatewayValidateCmd(env), newGatewayHashKeyCmd(env), newGatewayEvalCmd(env), newGatewayLiveEvalCmd(env), newGatewayEPPCmd(env))
 	return cmd
 }
 
@@ -109,6 +112,9 @@ func (o *gatewayOptions) config(env *Env, fs *pflag.FlagSet) (*gateway.Config, e
 	if fs.Changed("slo-class") {
 		cfg.SLOClass = o.sloClass
 	}
+	if fs.Changed("redis") {
+		cfg.SharedState.Redis = o.redis
+	}
 	if o.noLog {
 		off := false
 		cfg.AccessLog = &off
@@ -120,7 +126,7 @@ func (o *gatewayOptions) config(env *Env, fs *pflag.FlagSet) (*gateway.Config, e
 }
 
 // runGateway serves until ctx ends or SIGINT/SIGTERM.
-func runGateway(ctx context.Context, env *Env, o *gatewayOptions, fs *pflag.FlagSet) error {
+func runGateway(ctx context.Context, env *Env, o *gatewayOptions, fs *pflag.FlagSet) (retErr error) {
 	cfg, err := o.config(env, fs)
 	if err != nil {
 		return err
@@ -159,12 +165,29 @@ func runGateway(ctx context.Context, env *Env, o *gatewayOptions, fs *pflag.Flag
 	defer logw.Flush()
 	log := slog.New(slog.NewJSONHandler(logw, nil))
 	gopts := gateway.Options{Logger: log, AccessLog: logw, TracerProvider: tp, Getenv: env.getenv, OnFinish: sampler.Observe, HTTPServer: o.httpServer}
+	// GenAI server metrics over OTLP (gen_ai.server.*), on the tracing's variables.
+	mp, mstop, err := telemetry.SetupMetrics(ctx, env.getenv, "ttft-gateway")
+	if err != nil {
+		return usageErr("gateway: metrics: %v", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		mstop(sctx)
+	}()
+	gopts.MeterProvider = mp
 	if o.recordsDir != "" {
 		finish, err := recordGateway(env, o.recordsDir, cfg, log, &gopts)
 		if err != nil {
 			return err
 		}
-		defer finish()
+		defer func() {
+			// Records that could not be written make the exit non-zero:
+			// the run directory is short of the traffic it claims.
+			if ferr := finish(); ferr != nil && retErr == nil {
+				retErr = ferr
+			}
+		}()
 	}
 	// The gateway, and its configuration reloads (file changes
 	// and SIGHUP) when it came from a file.
@@ -182,28 +205,39 @@ func runGateway(ctx context.Context, env *Env, o *gatewayOptions, fs *pflag.Flag
 
 // recordGateway makes a run directory of the traffic through the gateway,
 // for ttft report / compare / runs import: one record per request,
-// appended as it finishes. finish closes it.
-func recordGateway(env *Env, dir string, cfg *gateway.Config, log *slog.Logger, gopts *gateway.Options) (finish func(), err error) {
+// appended as it finishes. finish closes it; its error names the file that
+// could not be written (a full disk), what it kept and how many records
+// were lost. Serving goes on whatever happens to the records.
+func recordGateway(env *Env, dir string, cfg *gateway.Config, log *slog.Logger, gopts *gateway.Options) (finish func() error, err error) {
 	man := record.Manifest{Schema: record.ManifestSchema, RunID: newRunID(time.Now()), Tool: "ttft", ToolVersion: version(), Command: "gateway", Args: env.Args,
 		Source: "gateway", Target: "http://" + cfg.Listen, Host: hostInfo(), Started: time.Now().UTC(), Labels: map[string]string{"policy": cfg.Policy}}
 	rd, err := rundir.Create(dir, man)
 	if err != nil {
 		return nil, usageErr("gateway: --records: %v", err)
 	}
+	var lost atomic.Int64
 	gopts.OnRecord = func(r *record.Record) {
 		// Only the first failure returns an error: the file ends
 		// there, whole (see rundir.Writer.Write).
 		if err := rd.Write(r); err != nil {
 			log.Error("gateway: writing records stopped", "error", err.Error(), "kept", rd.Kept())
 		}
+		if rd.Err() != nil {
+			lost.Add(1)
+		}
 	}
-	return func() {
+	return func() error {
 		man.Ended = time.Now().UTC()
 		// No summary: ttft report and runs import compute it from the
 		// records.
-		for _, err := range rd.Finish(man, nil, nil) {
+		errs := rd.Finish(man, nil, nil)
+		for _, err := range errs {
 			log.Error("gateway: --records", "error", err.Error())
 		}
+		if len(errs) == 0 {
+			return nil
+		}
+		return failErr("gateway: --records %s: %v; kept: %s holds the first %d records, whole; %d records not written", dir, errs[0], rd.RequestsPath(), rd.Kept(), lost.Load())
 	}, nil
 }
 

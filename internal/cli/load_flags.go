@@ -22,6 +22,10 @@ type loadOptions struct {
 	Duration       time.Duration
 	Warmup         int
 	RampUp         time.Duration
+	// RateRamp is --rate-ramp FROM:TO:OVER (ramp.go's non-homogeneous
+	// Poisson schedule); ramp is it parsed.
+	RateRamp string
+	ramp     *workload.Ramp
 
 	// allAtOnce: --rate inf became a closed loop at --max-concurrency.
 	allAtOnce bool
@@ -60,9 +64,20 @@ func addLoadFlags(fs *pflag.FlagSet, o *loadOptions) {
 	fs.DurationVarP(&o.Duration, "duration", "d", 0, "stop sending after this long (e.g. 60s); requests in flight complete")
 	fs.IntVar(&o.Warmup, "warmup", 0, "warm-up requests sent first and left out of statistics (the source article uses 50)")
 	fs.DurationVar(&o.RampUp, "ramp-up", 0, "closed loop: start the workers evenly over this long")
+	fs.StringVar(&o.RateRamp, "rate-ramp", "", "open loop: Poisson arrivals whose rate goes linearly FROM:TO:OVER, e.g. 10:100:60s (then stays at TO; to 0 ends the run)")
 }
 
 func (o *loadOptions) validate() error {
+	if o.RateRamp != "" {
+		r, err := workload.ParseRamp(o.RateRamp)
+		if err != nil {
+			return usageErr("--rate-ramp: %v", err)
+		}
+		if o.fs != nil && (o.fs.Changed("rate") || o.fs.Changed("concurrency") || o.fs.Changed("ramp-up") || o.fs.Changed("arrival") || o.fs.Changed("burstiness")) {
+			return usageErr("--rate-ramp is the run's load: it replaces --rate, --concurrency, --ramp-up, --arrival and --burstiness")
+		}
+		o.ramp = &r
+	}
 	if math.IsInf(o.Rate, 1) {
 		// vLLM's --request-rate inf: every request at once, at most
 		// --max-concurrency in flight; that is a closed loop of that many.
@@ -150,6 +165,9 @@ func (o *loadOptions) openLoop(src workload.Source) bool {
 // would be ignored; it is known only once the workload is (a scenario's
 // arrival process or a trace makes an open loop).
 func (o *loadOptions) checkOpenLoopFlags(src workload.Source) error {
+	if o.ramp != nil {
+		return nil // an open loop on the ramp's schedule: --max-concurrency caps it
+	}
 	if o.fs != nil && o.fs.Changed("max-concurrency") && !o.allAtOnce && !o.openLoop(src) {
 		return usageErr("--max-concurrency caps an open loop (--rate, a scenario's arrival rate or a trace); a closed loop has --concurrency requests in flight")
 	}
@@ -176,4 +194,21 @@ func overloadWarning(sum *record.Summary, recs []record.Record, offered float64)
 		return ""
 	}
 	return "OVERLOADED: " + why + "; the latencies grow with the run's length and describe no steady state (lower the load or add replicas)"
+}
+
+// ramped puts src on --rate-ramp's schedule (src unchanged without one).
+// A workload with a schedule of its own (a scenario's arrival process, a
+// trace, multi-turn sessions) is refused rather than silently re-timed.
+func (o *loadOptions) ramped(src workload.Source, seed int64) (workload.Source, error) {
+	if o.ramp == nil {
+		return src, nil
+	}
+	if _, multi := src.(workload.FeedbackSource); multi {
+		return nil, usageErr("--rate-ramp sends independent requests; multi-turn sessions pace themselves")
+	}
+	r, err := workload.NewRamped(src, *o.ramp, seed)
+	if err != nil {
+		return nil, usageErr("--rate-ramp: %v", err)
+	}
+	return r, nil
 }

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -347,7 +348,8 @@ func runsShowCmd(env *Env, o *storeOpener) *cobra.Command {
 					store.RunMeta
 					Manifest json.RawMessage `json:"manifest,omitempty"`
 					Summary  record.Summary  `json:"summary"`
-				}{l.Meta, l.Manifest, l.Summary})
+					Shards   *store.ShardRun `json:"shards,omitempty"`
+				}{l.Meta, l.Manifest, l.Summary, shardsOf(cmd.Context(), o, l.ID)})
 			}
 			w := env.Stdout
 			if l.ID != "" {
@@ -370,6 +372,9 @@ func runsShowCmd(env *Env, o *storeOpener) *cobra.Command {
 			var m record.Manifest
 			_ = json.Unmarshal(l.Manifest, &m)
 			printSummary(w, &l.Summary, &m, l.Dir)
+			if sr := shardsOf(cmd.Context(), o, l.ID); sr != nil {
+				printShards(w, sr)
+			}
 			return nil
 		},
 	}
@@ -655,4 +660,76 @@ func userLabels(l map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// shardsOf is a stored run's shards, or nil for a run made by one process
+// (or one read from a directory).
+func shardsOf(ctx context.Context, o *storeOpener, id string) *store.ShardRun {
+	if id == "" {
+		return nil
+	}
+	st, err := o.get(ctx)
+	if err != nil {
+		return nil
+	}
+	ss, ok := st.(store.ShardStore)
+	if !ok {
+		return nil
+	}
+	sr, err := ss.ShardRun(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return sr
+}
+
+// printShards is the per-shard health of a sharded run: whether each shard
+// finished, its clock offset to the database (the shards' start is on the
+// database's clock), how late it woke for the start, its client read delay
+// (a shard short of CPU reads late) and its errors.
+func printShards(w io.Writer, sr *store.ShardRun) {
+	start := "not yet: waiting for every shard to join"
+	if !sr.Start.IsZero() {
+		start = sr.Start.Local().Format("2006-01-02 15:04:05.000000")
+	}
+	fmt.Fprintf(w, "\nshards: %d, common start %s (database clock)\n", sr.Count, start)
+	if len(sr.Missing) > 0 {
+		fmt.Fprintf(w, "INCOMPLETE: shard(s) %v have not finished; the summary above is not the whole run's\n", sr.Missing)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tHOST\tSTATE\tREQUESTS\tFAILED\tCLOCK OFFSET\tDB RTT\tSTART LATE\tREAD DELAY P99\tERRORS")
+	for _, sh := range sr.Shards {
+		state := "running"
+		if !sh.Finished.IsZero() {
+			state = "done"
+		}
+		h := sh.Health
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.3f ms\t%s\n", sh.Index, dash(h.Host), state, h.Requests, h.Failed,
+			fmtMs(h.ClockOffset), fmtMs(h.RTT), fmtMs(h.StartLate), h.ReadDelayP99Ms, dash(fmtErrors(h.Errors)))
+	}
+	_ = tw.Flush()
+	var late []time.Duration
+	for _, sh := range sr.Shards {
+		if !sh.Finished.IsZero() {
+			late = append(late, sh.Health.StartLate)
+		}
+	}
+	if len(late) > 1 {
+		fmt.Fprintf(w, "start skew across shards: %s\n", fmtMs(slices.Max(late)-slices.Min(late)))
+	}
+}
+
+func fmtMs(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
+
+func fmtErrors(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }

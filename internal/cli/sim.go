@@ -96,7 +96,7 @@ with prefix caching, preemption and a calibrated roofline step time.
   ttft sim session   one conversation on an idle replica under a KV retention policy
   ttft sim catalog   list the known models, GPUs and engine profiles`,
 	}
-	cmd.AddCommand(newSimServeCmd(env), newSimRunCmd(env), newSimValidateCmd(env), newSimCatalogCmd(env))
+	cmd.AddCommand(newSimServeCmd(env), newSimRunCmd(env), newSimValidateCmd(env), newSimCatalogCmd(env), newSimCalibrateCmd(env))
 	cmd.AddCommand(newSimSessionCmd(env))
 	return cmd
 }
@@ -338,6 +338,9 @@ func (o *simRunOptions) workload(env *Env, fs *pflag.FlagSet) (workload.Source, 
 	if err := load.fitWorkload(o.wl.size(scen)); err != nil {
 		return nil, nil, opt, err
 	}
+	if src, err = load.ramped(src, o.wl.Seed); err != nil { // --rate-ramp (load_flags.go)
+		return nil, nil, opt, err
+	}
 	if err := load.checkOpenLoopFlags(src); err != nil {
 		return nil, nil, opt, err
 	}
@@ -452,14 +455,38 @@ func printSimSummary(env *Env, d *sim.Deployment, s record.Summary) {
 
 func newSimValidateCmd(env *Env) *cobra.Command {
 	var catalogs []string
+	var loso, plan bool
+	var corpus string
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Print predicted vs published TTFT with each row's error",
-		Args:  cobra.NoArgs,
+		Long: `Print predicted vs published TTFT with each row's error.
+
+With --loso, predict every row of the public validation corpus
+(internal/sim/testdata/public_corpus.csv, or --corpus FILE) by physics
+fitted on the other sources only (leave-one-source-out), and print the
+median |error| per load category.
+
+With --plan, ask the planner's question of published deployments: the
+highest Poisson rate one replica sustains within a P90 TTFT limit,
+simulated, beside the bracket the deployment's own published sweep gives.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cat, err := loadCatalog(catalogs)
 			if err != nil {
 				return err
+			}
+			if plan {
+				if err := printPublishedCapacity(cmd.Context(), env.Stdout, cat); err != nil {
+					return failErr("%v", err)
+				}
+				return nil
+			}
+			if loso || corpus != "" {
+				if err := printLOSO(cmd.Context(), env.Stdout, cat, corpus); err != nil {
+					return failErr("%v", err)
+				}
+				return nil
 			}
 			rows, err := sim.Validate(cat, sim.ValidationSet)
 			if err != nil {
@@ -495,6 +522,9 @@ func newSimValidateCmd(env *Env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVar(&catalogs, "catalog", nil, "extra catalog file (recalibrated engine profiles)")
+	cmd.Flags().BoolVar(&loso, "loso", false, "leave-one-source-out accuracy on the public validation corpus")
+	cmd.Flags().BoolVar(&plan, "plan", false, "sustainable rate within a TTFT limit of published deployments, simulated vs published")
+	cmd.Flags().StringVar(&corpus, "corpus", "", "validation corpus CSV for --loso (default: the embedded public corpus)")
 	return cmd
 }
 

@@ -36,6 +36,12 @@ type sweepOptions struct {
 	Tolerance float64
 	Repeats   int
 	MaxRuns   int
+	// Auto is GuideLLM's sweep profile: synchronous, then maximum
+	// throughput at AutoConcurrency, then AutoRates open-loop rates
+	// between the two (sweep_auto: runAuto).
+	Auto            bool
+	AutoRates       int
+	AutoConcurrency int
 }
 
 func newSweepCmd(env *Env) *cobra.Command {
@@ -57,12 +63,18 @@ the points together. Flags after "--" go to every run; each point adds its own
                           --scenario holds; probes near the boundary are repeated
                           (--repeats) and decided by majority
 
+  --auto                  GuideLLM's sweep: a synchronous run (one request at a
+                          time), a maximum-throughput run (--auto-concurrency in
+                          flight), then --auto-rates open-loop rates evenly
+                          between the two throughputs
+
 A point whose queue grows without bound (throughput below the offered rate,
 schedule lag, TTFT rising through the run) is flagged as saturated and the
 larger values of the last parameter are skipped (--no-stop to run them).`,
 		Example: `  ttft sweep --over concurrency=1,8,16,32 -- --requests 200
   ttft sweep --sim --over concurrency=1,8,16,32 --over prompt-tokens=512,1024,2048 --grid concurrency,prompt-tokens -- --requests 500
-  ttft sweep --search rate --lo 0.5 --hi 64 -- --scenario code --requests 300 --target http://localhost:8000`,
+  ttft sweep --search rate --lo 0.5 --hi 64 -- --scenario code --requests 300 --target http://localhost:8000
+  ttft sweep --auto -- --duration 60s --target http://localhost:8000`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSweep(cmd.Context(), env, o, args)
 		},
@@ -79,12 +91,21 @@ larger values of the last parameter are skipped (--no-stop to run them).`,
 	f.Float64Var(&o.Tolerance, "tolerance", 0.05, "search: stop when (hi-lo)/lo is below this")
 	f.IntVar(&o.Repeats, "repeats", 3, "search: runs per probe near the boundary (majority decides)")
 	f.IntVar(&o.MaxRuns, "max-runs", 30, "search: cap on the number of runs")
+	f.BoolVar(&o.Auto, "auto", false, "sweep from synchronous to maximum throughput and the rates between (GuideLLM's sweep profile)")
+	f.IntVar(&o.AutoRates, "auto-rates", 8, "auto: open-loop rates between the synchronous and the maximum throughput")
+	f.IntVar(&o.AutoConcurrency, "auto-concurrency", 64, "auto: requests in flight for the maximum-throughput run")
 	return cmd
 }
 
 func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []string) error {
-	if (len(o.Over) == 0) == (o.Search == "") {
-		return usageErr("sweep: give --over NAME=V1,V2,... (a grid) or --search NAME (an SLO search)")
+	modes := 0
+	for _, on := range []bool{len(o.Over) > 0, o.Search != "", o.Auto} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return usageErr("sweep: give one of --over NAME=V1,V2,... (a grid), --search NAME (an SLO search) or --auto (synchronous to maximum throughput)")
 	}
 	for _, a := range passthrough {
 		if a == "--out" || a == "-o" || strings.HasPrefix(a, "--out=") {
@@ -122,6 +143,9 @@ func runSweep(ctx context.Context, env *Env, o *sweepOptions, passthrough []stri
 
 	if o.Search != "" {
 		return runSearch(ctx, env, o, out, runPoint)
+	}
+	if o.Auto {
+		return runAuto(ctx, env, o, out, passthrough, runPoint)
 	}
 
 	var params []sweep.Param
@@ -514,4 +538,94 @@ func printCurve(w io.Writer, results []sweep.Result) {
 		line[p95] = 'x'
 		fmt.Fprintf(w, "%-24s |%s\n", r.Point.Label(), strings.TrimRight(string(line), " "))
 	}
+}
+
+// runAuto is the automatic sweep (GuideLLM's sweep profile): a synchronous
+// run (concurrency 1) and a maximum-throughput run (--auto-concurrency in
+// flight) bound the useful loads; --auto-rates open-loop rates evenly
+// between their throughputs follow, lowest first, and stop at the first one
+// that over-saturates (its queue grows without bound: throughput below the
+// offered rate, schedule lag, TTFT rising through the run; --no-stop runs
+// the rest anyway).
+func runAuto(ctx context.Context, env *Env, o *sweepOptions, out string, passthrough []string, runPoint sweep.RunFunc) error {
+	for _, a := range passthrough {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && (name == "rate" || name == "r" || name == "concurrency" || name == "c" || name == "rate-ramp" || name == "request-rate") {
+			return usageErr("sweep --auto chooses the load of every run; drop %s after \"--\"", a)
+		}
+	}
+	if o.AutoRates < 1 || o.AutoConcurrency < 2 {
+		return usageErr("sweep --auto: --auto-rates must be at least 1 and --auto-concurrency at least 2")
+	}
+	fmt.Fprintf(env.Stderr, "ttft sweep --auto: synchronous, throughput at concurrency %d, then %d rates between; results in %s\n", o.AutoConcurrency, o.AutoRates, out)
+	var results []sweep.Result
+	show := func(r sweep.Result) {
+		results = append(results, r)
+		fmt.Fprintf(env.Stderr, "  %s: %s\n", r.Point.Label(), pointLine(r))
+	}
+	finish := func(err error) error {
+		if werr := writeSweepJSON(filepath.Join(out, rundir.SweepFile), results, nil); werr != nil && err == nil {
+			err = werr
+		}
+		printSweepTable(env.Stdout, results)
+		return err
+	}
+	bound := func(label string, c int) (float64, error) {
+		p := sweep.Point{Index: len(results), Settings: []sweep.Setting{{Name: "concurrency", Value: strconv.Itoa(c)}}}
+		oc, err := runPoint(ctx, p)
+		show(sweep.Result{Point: p, Outcome: oc, Err: err})
+		if err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) {
+				return 0, err
+			}
+			return 0, failErr("sweep --auto: the %s run failed: %v", label, err)
+		}
+		return oc.Summary.Throughput.RequestsPerS, nil
+	}
+	syncRate, err := bound("synchronous", 1)
+	if err != nil {
+		return finish(err)
+	}
+	maxRate, err := bound("maximum-throughput", o.AutoConcurrency)
+	if err != nil {
+		return finish(err)
+	}
+	rates, err := sweep.AutoRates(syncRate, maxRate, o.AutoRates)
+	if err != nil {
+		return finish(failErr("sweep --auto: %v", err))
+	}
+	points := make([]sweep.Point, len(rates))
+	for i, r := range rates {
+		points[i] = sweep.Point{Index: len(results) + i, Settings: []sweep.Setting{{Name: "rate", Value: strconv.FormatFloat(r, 'g', -1, 64)}}}
+	}
+	rr, err := sweep.Run(ctx, points, runPoint, sweep.Options{StopOnSaturation: !o.NoStop, OnResult: func(r sweep.Result) {
+		fmt.Fprintf(env.Stderr, "  %s: %s\n", r.Point.Label(), pointLine(r))
+	}})
+	results = append(results, rr...)
+	if err = finish(err); err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 130, err: fmt.Errorf("sweep interrupted: %d points in %s", len(results), out)}
+		}
+		return err
+	}
+	best := 0.0
+	for _, r := range rr {
+		if r.Err == nil && !r.Skipped && r.Saturated == "" {
+			v, _ := strconv.ParseFloat(r.Point.Settings[0].Value, 64)
+			best = max(best, v)
+		}
+	}
+	fmt.Fprintf(env.Stdout, "\nsynchronous %.3g req/s, maximum throughput %.3g req/s (concurrency %d)\n", syncRate, maxRate, o.AutoConcurrency)
+	if best > 0 {
+		fmt.Fprintf(env.Stdout, "highest rate without over-saturation: %g req/s\n", best)
+	} else {
+		fmt.Fprintln(env.Stdout, "every swept rate over-saturated the server")
+	}
+	for _, r := range rr {
+		if r.Err != nil {
+			return failErr("sweep: %s failed: %v", r.Point.Label(), r.Err)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,55 @@ func TestSweepInterruptExits130(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "incomplete (interrupted)") {
 		t.Errorf("table does not mark the cut point:\n%s", out.String())
+	}
+}
+
+// sweep --auto (GuideLLM's sweep profile) on the simulator's virtual clock:
+// synchronous, maximum throughput, then rates strictly between the two
+// throughputs, increasing, each point in sweep.json; loads given after
+// "--" are refused, as --auto chooses them.
+func TestSweepAuto(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runSweepCLI(t, "sweep", "--auto", "--sim", "--auto-rates", "3", "--auto-concurrency", "32", "--no-stop", "--out", dir,
+		"--", "-n", "60", "--max-tokens", "16", "--prompt-tokens", "64", "--no-store")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	var doc struct {
+		Points []struct {
+			Settings map[string]string `json:"settings"`
+			Summary  *record.Summary   `json:"summary"`
+		} `json:"points"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Points) != 5 {
+		t.Fatalf("%d points, want synchronous, throughput and 3 rates:\n%s", len(doc.Points), out)
+	}
+	if doc.Points[0].Settings["concurrency"] != "1" || doc.Points[1].Settings["concurrency"] != "32" {
+		t.Fatalf("first points %v, %v; want concurrency 1 then 32", doc.Points[0].Settings, doc.Points[1].Settings)
+	}
+	syncR, maxR := doc.Points[0].Summary.Throughput.RequestsPerS, doc.Points[1].Summary.Throughput.RequestsPerS
+	prev := syncR
+	for _, p := range doc.Points[2:] {
+		var r float64
+		if _, err := fmt.Sscan(p.Settings["rate"], &r); err != nil || r <= prev || r >= maxR {
+			t.Errorf("rate %q: want increasing rates strictly between %.3g and %.3g req/s", p.Settings["rate"], syncR, maxR)
+		}
+		prev = r
+	}
+	if !strings.Contains(out, "maximum throughput") {
+		t.Errorf("no summary line:\n%s", out)
+	}
+	if code, _, _ := runSweepCLI(t, "sweep", "--auto", "--sim", "--out", t.TempDir(), "--", "--rate", "3"); code != ExitUsage {
+		t.Errorf("--auto with --rate after --: exit %d, want 2", code)
+	}
+	if code, _, _ := runSweepCLI(t, "sweep", "--auto", "--over", "concurrency=1", "--out", t.TempDir()); code != ExitUsage {
+		t.Errorf("--auto with --over: exit %d, want 2", code)
 	}
 }

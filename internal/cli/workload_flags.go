@@ -21,6 +21,11 @@ type workloadOptions struct {
 	Tokenizer    string
 	Seed         int64
 	SamePrompt   bool
+	// Length distributions: ttft's (--prompt-tokens-dist normal:500,100)
+	// or vLLM's random dataset (--random-range-ratio around the lengths).
+	PromptDist string
+	OutputDist string
+	RangeRatio float64
 
 	Scenario string
 
@@ -44,6 +49,9 @@ type workloadOptions struct {
 	LoopDataset      bool
 
 	fs *pflag.FlagSet // to tell explicit flags from defaults
+	// promptScale is the server's tokens per local token when bench has
+	// calibrated prompt lengths against its target (0: local lengths).
+	promptScale float64
 }
 
 func addWorkloadFlags(fs *pflag.FlagSet, o *workloadOptions) {
@@ -52,8 +60,11 @@ func addWorkloadFlags(fs *pflag.FlagSet, o *workloadOptions) {
 	fs.IntVar(&o.MaxTokens, "max-tokens", 128, "maximum output tokens per request")
 	fs.IntVar(&o.MinTokens, "min-tokens", 0, "ask the server for at least this many output tokens (vLLM min_tokens)")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "force every output to its full length (min_tokens = max_tokens, ignore_eos)")
-	fs.StringVar(&o.Tokenizer, "tokenizer", workload.DefaultTokenizerName, "tokenizer: an embedded encoding (cl100k_base, o200k_base) or a HuggingFace tokenizer.json (or a directory holding one)")
+	fs.StringVar(&o.Tokenizer, "tokenizer", workload.DefaultTokenizerName, "tokenizer: an embedded encoding (cl100k_base, o200k_base), a HuggingFace tokenizer.json (or a directory holding one), or a GGUF model file (its tokenizer)")
 	fs.Int64Var(&o.Seed, "seed", 1, "random seed for prompts and workload draws")
+	fs.StringVar(&o.PromptDist, "prompt-tokens-dist", "", "prompt length distribution instead of a fixed --prompt-tokens: N, uniform:MIN,MAX, normal:MEAN,STD[,MIN,MAX] or lognormal:MEDIAN,SIGMA[,MIN,MAX] (as a scenario's prompt_tokens)")
+	fs.StringVar(&o.OutputDist, "output-tokens-dist", "", "output length distribution instead of a fixed --max-tokens, same forms as --prompt-tokens-dist")
+	fs.Float64Var(&o.RangeRatio, "random-range-ratio", 0, "vLLM's random dataset: prompt and output lengths uniform in [L·(1−R), L·(1+R)] around --prompt-tokens and --max-tokens (0 ≤ R < 1)")
 	fs.BoolVar(&o.SamePrompt, "same-prompt", false, "send one identical prompt every time (prefix caches hit); by default every prompt differs from its first token")
 
 	fs.StringVar(&o.Scenario, "scenario", "", "workload scenario with SLOs: chat, code, summary, or a YAML file; the run ends with a verdict per SLO")
@@ -128,12 +139,56 @@ func (o *workloadOptions) size(sc *workload.Scenario) (turns int, finite bool) {
 	return 0, false
 }
 
+// dists returns the length distributions the flags ask for: set is false
+// when every length is fixed (--prompt-tokens, --max-tokens as they are).
+func (o *workloadOptions) dists() (prompt, output workload.Dist, set bool, err error) {
+	prompt, output = workload.FixedDist(o.PromptTokens), workload.FixedDist(o.MaxTokens)
+	if o.RangeRatio != 0 {
+		if o.PromptDist != "" || o.OutputDist != "" {
+			return prompt, output, false, usageErr("--random-range-ratio spreads the fixed lengths; with --prompt-tokens-dist/--output-tokens-dist give the spread there")
+		}
+		if prompt, err = workload.RangeDist(o.PromptTokens, o.RangeRatio); err != nil {
+			return prompt, output, false, usageErr("--random-range-ratio: %v", err)
+		}
+		if output, err = workload.RangeDist(o.MaxTokens, o.RangeRatio); err != nil {
+			return prompt, output, false, usageErr("--random-range-ratio: %v", err)
+		}
+		set = true
+	}
+	if o.PromptDist != "" {
+		if o.changed("prompt-tokens") {
+			return prompt, output, false, usageErr("--prompt-tokens and --prompt-tokens-dist both set the prompt length; give one")
+		}
+		if prompt, err = workload.ParseDist(o.PromptDist); err != nil {
+			return prompt, output, false, usageErr("--prompt-tokens-dist: %v", err)
+		}
+		set = true
+	}
+	if o.OutputDist != "" {
+		if o.changed("max-tokens") {
+			return prompt, output, false, usageErr("--max-tokens and --output-tokens-dist both set the output length; give one")
+		}
+		if output, err = workload.ParseDist(o.OutputDist); err != nil {
+			return prompt, output, false, usageErr("--output-tokens-dist: %v", err)
+		}
+		set = true
+	}
+	if set && (o.Dataset != "" || o.SamePrompt || o.MinTokens > 0) {
+		return prompt, output, false, usageErr("length distributions cannot be combined with --dataset, --same-prompt or --min-tokens (use --ignore-eos to force the drawn lengths)")
+	}
+	return prompt, output, set, nil
+}
+
 func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, workload.Tokenizer, error) {
 	tok, err := workload.LoadTokenizer(o.Tokenizer)
 	if err != nil {
 		return nil, nil, nil, usageErr("--tokenizer: %v", err)
 	}
 	minTok, err := o.lengths()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	promptDist, outputDist, distSet, err := o.dists()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -144,6 +199,14 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 			return nil, nil, nil, usageErr("--scenario: %v", err)
 		}
 		o.applyOverrides(sc)
+		if distSet {
+			if o.PromptDist != "" || o.RangeRatio != 0 {
+				sc.PromptTokens = promptDist
+			}
+			if o.OutputDist != "" || o.RangeRatio != 0 {
+				sc.OutputTokens = outputDist
+			}
+		}
 		if err := sc.Validate(); err != nil {
 			return nil, nil, nil, usageErr("--scenario %s with the given flags: %v", o.Scenario, err)
 		}
@@ -198,7 +261,7 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 	if o.Sessions > 0 {
 		src, err := workload.NewSessions(workload.SessionOptions{
 			Tokenizer: tok, Seed: o.Seed, Sessions: o.Sessions, Turns: o.Turns,
-			UserTokens: workload.FixedDist(o.PromptTokens), Output: workload.FixedDist(o.MaxTokens),
+			UserTokens: promptDist, Output: outputDist,
 			ForceOutput: minTok == o.MaxTokens, SystemTokens: o.SystemTokens,
 			ThinkTime: o.ThinkTime, MaxActive: o.MaxActive,
 		})
@@ -211,9 +274,23 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 	if o.PrefixGroups > 0 {
 		src, err := workload.NewGenerated(workload.GenOptions{
 			Tokenizer: tok, Seed: o.Seed,
-			Prompt: workload.FixedDist(o.PromptTokens), Output: workload.FixedDist(o.MaxTokens),
+			Prompt: promptDist, Output: outputDist,
 			ForceOutput: minTok == o.MaxTokens,
 			Prefix:      &workload.PrefixSpec{Groups: o.PrefixGroups, Tokens: o.PrefixTokens, Popularity: o.PrefixPopularity, ZipfS: o.ZipfS},
+			PromptScale: o.promptScale,
+		})
+		if err != nil {
+			return nil, nil, nil, usageErr("%v", err)
+		}
+		return src, nil, tok, nil
+	}
+
+	if distSet {
+		// Lengths drawn per request: the generated source of scenarios,
+		// without a prefix; --ignore-eos forces each drawn output length.
+		src, err := workload.NewGenerated(workload.GenOptions{
+			Tokenizer: tok, Seed: o.Seed, Prompt: promptDist, Output: outputDist,
+			ForceOutput: o.IgnoreEOS, PromptScale: o.promptScale,
 		})
 		if err != nil {
 			return nil, nil, nil, usageErr("%v", err)
@@ -229,6 +306,7 @@ func (o *workloadOptions) build(env *Env) (workload.Source, *workload.Scenario, 
 		Seed:         o.Seed,
 		Chat:         true,
 		SamePrompt:   o.SamePrompt,
+		PromptScale:  o.promptScale,
 	})
 	if err != nil {
 		return nil, nil, nil, usageErr("%v", err)
@@ -274,5 +352,6 @@ func (o *workloadOptions) scenarioSource(sc *workload.Scenario, tok workload.Tok
 		Tokenizer: tok, Seed: o.Seed, Scenario: sc.Name,
 		Prompt: sc.PromptTokens, Output: sc.OutputTokens, ForceOutput: sc.ForceOutput,
 		Prefix: sc.Prefix, Arrival: arrival, Schedule: arrival.RatePerS > 0,
+		PromptScale: o.promptScale,
 	})
 }

@@ -128,6 +128,10 @@ func accessLine(b []byte, now time.Time, x *exchange, e2e time.Duration) []byte 
 		b = append(b, `,"translated":`...)
 		b = jsonscan.AppendString(b, x.translated)
 	}
+	if c := x.splice.continuedLog(); c != "" {
+		b = append(b, `,"continued":`...)
+		b = jsonscan.AppendString(b, c)
+	}
 	if x.canceled {
 		b = append(b, `,"client_canceled":true`...)
 	}
@@ -179,6 +183,9 @@ func accessAttrs(x *exchange, e2e time.Duration) []slog.Attr {
 	}
 	if x.translated != "" {
 		attrs = append(attrs, slog.String("translated", x.translated))
+	}
+	if c := x.splice.continuedLog(); c != "" {
+		attrs = append(attrs, slog.String("continued", c))
 	}
 	if x.canceled {
 		attrs = append(attrs, slog.Bool("client_canceled", true))

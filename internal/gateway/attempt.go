@@ -100,6 +100,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return ae
 	}
 	isStream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && resp.StatusCode == http.StatusOK
+	continuing := x.splice != nil && x.splice.active
+	if continuing && !isStream {
+		// The client's stream is under way: only a stream can go on it.
+		return a.fail(x, http.StatusBadGateway, "continuation_refused", fmt.Sprintf("backend %s answered the continuation with %d, not a stream", u.cfg.Name, resp.StatusCode))
+	}
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
 	buf := *bp
@@ -127,6 +132,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	case !isStream:
 		a.commit(x, resp, isStream)
 		return a.relayWhole(x, resp.Body, buf[:n], rerr)
+	}
+	if continuing {
+		return a.relayContinued(x, resp.Body, buf, n, rerr, arrived)
 	}
 	a.commit(x, resp, isStream)
 	return a.relayStream(x, resp.Body, buf, n, rerr, arrived)
@@ -354,6 +362,10 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 	if a.crossing {
 		tr = translate.NewStream(a.bx.api, x.api, x.model)
 	}
+	sp := x.splice
+	if sp != nil {
+		sp.tr = tr // a continuation goes on with the same translator
+	}
 	var last time.Time
 	done, sawError := false, false
 	pending := buf[:n]
@@ -366,6 +378,10 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 			xout = xout[:0]
 			k := splitEventsEnd(pending, readErr != nil, func(ev []byte) {
 				si := classify(ev, a.backendAnthropic)
+				if !x.respRead { // the first event names the answer
+					x.respRead = true
+					x.respID, x.respModel = stringAfter(ev, kID), stringAfter(ev, kModel)
+				}
 				if tr != nil {
 					xout = tr.Event(xout, ev)
 				}
@@ -380,8 +396,14 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 				}
 				done = done || si.done
 				sawError = sawError || si.errEv
+				if sp != nil {
+					sp.observe(ev, si, a.backendAnthropic)
+				}
 			})
 			if k == 0 && len(pending) >= len(buf) {
+				if sp != nil {
+					sp.blocked = blockEvent // forwarded in pieces, or not at all
+				}
 				if tr != nil {
 					// An event cannot be translated in pieces.
 					readErr = errEventTooLarge
@@ -464,9 +486,11 @@ func (a *attempt) count(x *exchange, tokens int, arrived time.Time, last *time.T
 	if tokens > 0 && last.IsZero() {
 		tokens--
 		ttft := a.t.FirstTokenAt(arrived)
-		x.ttft = arrived.Sub(x.start)
-		if x.span != nil {
-			x.span.AddEvent(genaiattr.EventFirstToken, trace.WithTimestamp(arrived))
+		if x.ttft == 0 { // not again for a continued stream's next backend
+			x.ttft = arrived.Sub(x.start)
+			if x.span != nil {
+				x.span.AddEvent(genaiattr.EventFirstToken, trace.WithTimestamp(arrived))
+			}
 		}
 		if a.t.Prediction.Mean > 0 && ttft > 0 {
 			a.g.m.predAPE.WithLabelValues(a.u.cfg.Name).Observe(math.Abs(ttft.Seconds()-a.t.Prediction.Mean.Seconds()) / ttft.Seconds())
@@ -512,6 +536,11 @@ func (a *attempt) endStream(x *exchange, rc *http.ResponseController, readErr er
 	}
 	a.g.m.streamErr.WithLabelValues(name, reason).Inc()
 	a.t.End(sched.OutcomeFailed)
+	if x.splice != nil && readErr != errEventTooLarge {
+		// Another backend may finish it (continue.go), which also ends
+		// the stream with the error event where none can.
+		return &attemptError{status: http.StatusBadGateway, reason: reason, msg: msg, committed: true, continuable: true}
+	}
 	rc.SetWriteDeadline(time.Now().Add(idle))
 	a.w.Write(errorEvent(x.api, msg))
 	rc.Flush()

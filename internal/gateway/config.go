@@ -43,10 +43,15 @@ type Config struct {
 	// SLOClass is the default SLO class for requests that name none.
 	SLOClass string `yaml:"slo_class"`
 	// Explore is the SLO-predictive exploration share (default 0.03).
-	Explore float64     `yaml:"explore"`
-	Retry   RetryConfig `yaml:"retry"`
-	Limits  Limits      `yaml:"limits"`
-	Health  Health      `yaml:"health"`
+	Explore float64 `yaml:"explore"`
+	// Predictor is the TTFT predictor mode: default, or switching (the
+	// article's linear / gradient-boosted trees switch, sched/switching.go).
+	Predictor string      `yaml:"predictor"`
+	Retry     RetryConfig `yaml:"retry"`
+	Limits    Limits      `yaml:"limits"`
+	Health    Health      `yaml:"health"`
+	// Continuation carries streams cut mid-answer over to another backend.
+	Continuation Continuation `yaml:"continuation"`
 
 	// PanicThreshold: when fewer than this share of the backends serving
 	// a request's model are available (healthy, circuit breaker closed),
@@ -68,6 +73,9 @@ type Config struct {
 	// usually present none, and the metrics name no prompt, key or key
 	// name (backends, models' SLO classes, counts and latencies).
 	MetricsRequireKey bool `yaml:"metrics_require_key"`
+	// SharedState shares the prefix index and breakers with the other
+	// replicas of this gateway through Redis (shared.go; off without a URL).
+	SharedState SharedState `yaml:"shared_state"`
 
 	// File is where the configuration came from ("" for flags), for errors.
 	File string `yaml:"-"`
@@ -81,6 +89,22 @@ type RetryConfig struct {
 	// Budget is retries allowed per request on average (default 0.2): a
 	// failing fleet is not hit with a multiple of its load.
 	Budget float64 `yaml:"budget"`
+}
+
+// Continuation configures mid-stream continuation: a stream whose backend
+// dies or stalls after tokens reached the client goes on on another
+// backend, which is asked for the rest of the answer (docs/gateway.md).
+type Continuation struct {
+	// Max is the most continuations of one stream (default 2; negative:
+	// none, whatever the routes say).
+	Max int `yaml:"max"`
+	// Chat is the default for /v1/chat/completions and /v1/messages
+	// (default on); Completions for /v1/completions (default off: a
+	// completions prompt carries no marker of where the answer starts, so
+	// only engines that continue a prompt's text as their own serve it
+	// well). A route's continuation overrides both.
+	Chat        *bool `yaml:"chat"`
+	Completions *bool `yaml:"completions"`
 }
 
 // Limits protect the gateway from slow, huge or stuck peers.
@@ -159,6 +183,10 @@ type Route struct {
 	// degrade (send to DegradeTo).
 	Admission string `yaml:"admission"`
 	DegradeTo string `yaml:"degrade_to"`
+	// Continuation turns mid-stream continuation on or off for the
+	// model's streams, whatever their API (default: continuation.chat or
+	// continuation.completions).
+	Continuation *bool `yaml:"continuation"`
 }
 
 // ClientKey is one client API key, stored as the hex SHA-256 of the key
@@ -305,7 +333,7 @@ func (c *Config) validate(root *yaml.Node, getenv func(string) string) error {
 	bad := fieldErrs{file: c.File, root: root}
 	// Section by section, in the order the file documents them: each
 	// applies its defaults and reports its first mistake.
-	for _, v := range []func(fieldErrs) error{c.validateTop, c.validateRetry, c.validateLimits, c.validateHealth} {
+	for _, v := range []func(fieldErrs) error{c.validateTop, c.validateRetry, c.validateLimits, c.validateHealth, c.validateContinuation, c.validateSharedState} {
 		if err := v(bad); err != nil {
 			return err
 		}
@@ -366,6 +394,9 @@ func (c *Config) validateTop(bad fieldErrs) error {
 	if c.Policy == "" {
 		c.Policy = sched.SLOPredictive
 	}
+	if c.Predictor != "" && !slices.Contains(sched.PredictorModes(), c.Predictor) {
+		return bad.at(fmt.Sprintf("unknown predictor %q (want one of %s)", c.Predictor, strings.Join(sched.PredictorModes(), ", ")), "predictor")
+	}
 	if !slices.Contains(sched.Policies(), c.Policy) {
 		return bad.at(fmt.Sprintf("unknown policy %q (want one of %s)", c.Policy, strings.Join(sched.Policies(), ", ")), "policy")
 	}
@@ -422,6 +453,26 @@ func (c *Config) validateLimits(bad fieldErrs) error {
 	setDefault(&c.Limits.FirstByteTimeout, 60*time.Second)
 	setDefault(&c.Limits.ResponseTimeout, 10*time.Minute)
 	setDefault(&c.Limits.IdleStreamTimeout, 30*time.Second)
+	return nil
+}
+
+// validateContinuation checks continuation.
+func (c *Config) validateContinuation(bad fieldErrs) error {
+	k := &c.Continuation
+	if k.Max == 0 {
+		k.Max = 2
+	}
+	if k.Max > 10 {
+		return bad.at("must be at most 10", "continuation", "max")
+	}
+	if k.Chat == nil {
+		on := true
+		k.Chat = &on
+	}
+	if k.Completions == nil {
+		off := false
+		k.Completions = &off
+	}
 	return nil
 }
 

@@ -13,7 +13,9 @@
 // The proxy streams every SSE event through as it arrives, never
 // re-encoded, retries only before the first byte reaches the client, and
 // ends a stream the backend cut with a well-formed error event of the
-// client's API. APIs are named by wire.API throughout: a request's is that
+// client's API — unless it continues it on another backend, which is asked
+// for the rest of the answer and whose stream is spliced onto the first
+// (continue.go). APIs are named by wire.API throughout: a request's is that
 // of the endpoint it came to (chat completions, completions, messages).
 //
 // What it delegates:

@@ -46,11 +46,13 @@ func (g *Gateway) finish(x *exchange) {
 			g.m.sloViol.WithLabelValues(backend, class).Inc()
 		}
 	}
+	g.observeFinish(x, e2e) // GenAI server metrics, error.type (otelmetrics.go)
 	if x.span != nil {
 		x.span.SetAttributes(genaiattr.AttrHTTPStatus.Int(x.status), attrAttempts.Int(x.attempts), genaiattr.AttrUsageOutputTokens.Int(x.outTokens))
 		if x.translated != "" {
 			x.span.SetAttributes(attrTranslated.String(x.translated))
 		}
+		setResponseAttrs(x.span, x)
 		if x.ttft > 0 {
 			x.span.SetAttributes(genaiattr.AttrTimeToFirstChunk.Float64(x.ttft.Seconds()))
 		}

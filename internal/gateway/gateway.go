@@ -17,12 +17,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/gateway/sharedstate"
 	"github.com/ttft-dev/ttft/internal/httpx"
 	"github.com/ttft-dev/ttft/internal/record"
+	"github.com/ttft-dev/ttft/internal/telemetry"
 	"github.com/ttft-dev/ttft/internal/wire"
 )
 
@@ -43,6 +46,9 @@ type Options struct {
 	// TracerProvider creates the gateway's spans (nil: no tracing). The W3C
 	// trace context of each span is propagated to the backend.
 	TracerProvider trace.TracerProvider
+	// MeterProvider receives the GenAI server metrics (gen_ai.server.*)
+	// for OTLP export (nil: none; the Prometheus metrics are unaffected).
+	MeterProvider metric.MeterProvider
 	// Getenv resolves api_key_env on reloads (nil: os.Getenv).
 	Getenv func(string) string
 	// Transport talks to backends (nil: a tuned http.Transport).
@@ -85,6 +91,11 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// otm: the gen_ai.server.* metrics (otelmetrics.go).
+	otm *telemetry.GenAIServerMetrics
+	// shared shares state with other replicas (shared.go; nil when off).
+	shared *sharedstate.Client
 }
 
 // state is one configuration's immutable routing tables; a reload swaps it.
@@ -147,6 +158,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	_, off := tp.(noop.TracerProvider)
 	g.tracing = !off
 	g.tracer = tp.Tracer("github.com/ttft-dev/ttft/internal/gateway")
+	if g.otm, err = telemetry.NewGenAIServerMetrics(opts.MeterProvider); err != nil {
+		return nil, fmt.Errorf("creating the GenAI metrics: %w", err)
+	}
 	tr := opts.Transport
 	if tr == nil {
 		dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
@@ -170,12 +184,18 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	g.hashers.New = func() any { return sched.NewBlockHasher(sched.DefaultBlockBytes) }
 	g.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
 	g.lines.New = func() any { b := make([]byte, 0, 512); return &b }
+	if err := g.newShared(&c, reg); err != nil {
+		return nil, err
+	}
 	if err := g.apply(&c); err != nil {
 		return nil, err
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.wg.Add(1)
 	go g.healthLoop()
+	if g.shared != nil {
+		g.shared.Start(g.ctx)
+	}
 	return g, nil
 }
 
@@ -183,6 +203,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 func (g *Gateway) Close() error {
 	g.cancel()
 	g.wg.Wait()
+	if g.shared != nil {
+		g.shared.Close()
+	}
 	if g.h1 != nil {
 		g.h1.Close()
 	}
@@ -216,7 +239,7 @@ func (g *Gateway) apply(c *Config) error {
 	for _, bc := range c.Backends {
 		spec := sched.BackendSpec{
 			Name: bc.Name, Models: slices.Clone(bc.Models), Weight: bc.Weight,
-			MaxConcurrency: bc.MaxConcurrency, PrefixBlocks: bc.PrefixBlocks,
+			MaxConcurrency: bc.MaxConcurrency, PrefixBlocks: bc.PrefixBlocks, Predictor: c.Predictor,
 		}
 		switch bc.API {
 		case "both":
@@ -265,7 +288,7 @@ func (g *Gateway) apply(c *Config) error {
 		st.sched = old.sched
 		st.sched.SetBackends(sbs)
 	} else {
-		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore, PanicThreshold: c.PanicThreshold, PluginLatency: g.m.pluginLatency}, sbs)
+		s, err := sched.New(sched.Options{Policy: c.Policy, Seed: g.opts.Seed, Explore: c.Explore, PanicThreshold: c.PanicThreshold, PluginLatency: g.m.pluginLatency, Shared: g.sharedObserver()}, sbs)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/ttft-dev/ttft/internal/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // startGateway serves a gateway on a loopback port and returns its base URL.
@@ -174,9 +175,10 @@ func TestPreFirstByteFaultsRetriedInvisibly(t *testing.T) {
 	}
 }
 
-// TestMidStreamFaultsEndWithErrorEvent: once tokens have gone to the client
-// nothing is retried; the stream ends with a well-formed error event, and
-// the tokens sent so far are each delivered exactly once.
+// TestMidStreamFaultsEndWithErrorEvent: with continuation off, once tokens
+// have gone to the client nothing is retried; the stream ends with a
+// well-formed error event, and the tokens sent so far are each delivered
+// exactly once (continue_test.go has the continued case).
 func TestMidStreamFaultsEndWithErrorEvent(t *testing.T) {
 	for _, fault := range []string{"kill-mid", "stall-mid"} {
 		for _, anthropic := range []bool{false, true} {
@@ -187,6 +189,7 @@ func TestMidStreamFaultsEndWithErrorEvent(t *testing.T) {
 				b.setFault(fault)
 				cfg := cfgFor("round-robin", a, b)
 				cfg.Limits.IdleStreamTimeout = Duration(500 * time.Millisecond)
+				cfg.Continuation.Max = -1
 				_, url := startGateway(t, cfg, Options{})
 				path, body := "/v1/chat/completions", chatBody("m", true, "x")
 				if anthropic {
@@ -331,13 +334,16 @@ func TestMetricsAndTracePropagation(t *testing.T) {
 	}
 	// The span ends when the handler returns, which may be just after the
 	// client has read the end of the stream.
+	// The attempt's CLIENT span (tracing.go) ends before the SERVER span.
 	spans := rec.Ended()
-	for end := time.Now().Add(2 * time.Second); len(spans) == 0 && time.Now().Before(end); spans = rec.Ended() {
+	for end := time.Now().Add(2 * time.Second); len(spans) < 2 && time.Now().Before(end); spans = rec.Ended() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if len(spans) != 1 {
-		t.Fatalf("%d spans ended", len(spans))
+	if len(spans) != 2 || spans[1].SpanKind() != trace.SpanKindServer || spans[0].SpanKind() != trace.SpanKindClient ||
+		spans[0].Parent().SpanID() != spans[1].SpanContext().SpanID() || !strings.Contains(tpHdr, spans[0].SpanContext().SpanID().String()) {
+		t.Fatalf("%d spans ended; want the attempt's CLIENT span, child of the SERVER span, whose id went to the backend", len(spans))
 	}
+	spans = spans[1:]
 	attrs := map[string]string{}
 	for _, kv := range spans[0].Attributes() {
 		attrs[string(kv.Key)] = kv.Value.Emit()

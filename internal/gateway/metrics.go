@@ -24,8 +24,11 @@ type metrics struct {
 	retries   *prometheus.CounterVec
 	admission *prometheus.CounterVec
 	streamErr *prometheus.CounterVec
-	predAPE   *prometheus.HistogramVec
-	schedTime prometheus.Histogram
+	// continuations counts streams carried over to another backend, by
+	// that backend and outcome (continue.go).
+	continuations *prometheus.CounterVec
+	predAPE       *prometheus.HistogramVec
+	schedTime     prometheus.Histogram
 	// pluginTime is each scheduler plugin's share of a decision (sampled:
 	// sched.Options.PluginLatencyEvery).
 	pluginTime *prometheus.HistogramVec
@@ -73,6 +76,9 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		streamErr: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ttft_gateway_stream_errors_total", Help: "Streams ended by the gateway with an error event after the first byte.",
 		}, []string{"backend", "reason"}),
+		continuations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ttft_gateway_continuations_total", Help: "Streams cut mid-answer carried on on another backend, by that backend and outcome (completed, interrupted, failed, client_gone; skipped_<reason> with the backend that failed when none was tried).",
+		}, []string{"backend", "outcome"}),
 		predAPE: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ttft_gateway_predictor_abs_error_ratio", Help: "|actual − predicted| / actual of the TTFT prediction used for each decision.",
 			Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.12, 0.2, 0.3, 0.5, 1, 2},
@@ -86,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Buckets: []float64{1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 1e-3},
 		}, []string{"plugin", "kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.predAPE, m.schedTime, m.pluginTime, m.tokens, m.cost, &stateCollector{g: g}} {
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.requests, m.decisions, m.sloViol, m.retries, m.admission, m.streamErr, m.continuations, m.predAPE, m.schedTime, m.pluginTime, m.tokens, m.cost, &stateCollector{g: g}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

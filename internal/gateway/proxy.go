@@ -118,6 +118,14 @@ type exchange struct {
 	// translated is "from->to" when the backend speaks the other API.
 	translated string
 	span       trace.Span
+	// respID and respModel are the answer's id and model as the backend
+	// reported them (its first event, or the whole answer), for the
+	// spans' gen_ai.response.id and gen_ai.response.model.
+	respID, respModel string
+	respRead          bool // the first answer event has been looked at
+	// splice carries a stream across backends when its route continues
+	// streams cut mid-answer (continue.go); nil otherwise.
+	splice *splice
 }
 
 // inference serves the API endpoints: it reads and checks the request
@@ -173,6 +181,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, api wire.API
 	ctx, span := g.startSpan(r, x, &rb)
 	g.budget.deposit(st.cfg.Retry.Budget)
 	sreq := sched.Request{API: api.Provider(), Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class}
+	x.splice = g.newSplice(st, x, route)
 	g.route(ctx, w, r, st, x, &sreq, route, body, span)
 }
 
@@ -259,6 +268,7 @@ func (g *Gateway) startSpan(r *http.Request, x *exchange, rb *parsedRequest) (co
 		genaiattr.AttrRequestMaxTokens.Int(max(rb.MaxTokens, rb.MaxCompletionTokens)), genaiattr.AttrRequestStream.Bool(rb.Stream),
 		attrSLOClass.String(x.class), attrSLO.Float64(x.slo.Seconds())))
 	x.span = span // ended by finish, after the outcome is known
+	serverSpanHTTP(span, r)
 	return ctx, span
 }
 
@@ -307,8 +317,15 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.m.retries.WithLabelValues(retryFrom, retryReason).Inc()
 			retryFrom = ""
 		}
-		ae := g.attempt(ctx, w, r, x, t, u, bx, st.cfg.Limits)
+		if sp := x.splice; sp != nil {
+			sp.api, sp.path, sp.body = bx.api, bx.path, bx.body // what a continuation starts from
+		}
+		ae := g.tracedAttempt(ctx, w, r, x, t, u, bx, st.cfg.Limits) // a CLIENT span per attempt (tracing.go)
 		if ae == nil {
+			return
+		}
+		if ae.continuable {
+			g.continueStream(ctx, w, r, st, x, sreq, t.Backend.Name(), ae)
 			return
 		}
 		if !ae.retriable || ae.committed {
@@ -541,6 +558,9 @@ type attemptError struct {
 	reason    string
 	retriable bool
 	committed bool
+	// continuable: a stream cut after tokens reached the client, which
+	// may go on on another backend (continue.go).
+	continuable bool
 	// retryAfter is a backend's 429 Retry-After header.
 	retryAfter string
 }
@@ -569,6 +589,10 @@ func (u *upstream) speaks(api wire.API) bool {
 // usageFrom reads the token usage of a whole (not streamed) answer in
 // either API.
 func (x *exchange) usageFrom(body []byte) {
+	if !x.respRead {
+		x.respRead = true
+		x.respID, x.respModel = stringAfter(body, kID), stringAfter(body, kModel)
+	}
 	if !bytes.Contains(body, []byte(`"usage"`)) {
 		return
 	}

@@ -120,6 +120,8 @@ var (
 	kOutTok    = []byte(`"output_tokens":`)
 	kPromptTok = []byte(`"prompt_tokens":`)
 	kInTok     = []byte(`"input_tokens":`)
+	kID        = []byte(`"id":"`)
+	kModel     = []byte(`"model":"`)
 )
 
 // classify inspects one event with byte searches only (no JSON decoding, no
@@ -163,6 +165,23 @@ func nonEmptyString(b, key []byte) bool {
 			return true
 		}
 	}
+}
+
+// stringAfter is the JSON string after key (ending in its opening
+// quote): its first occurrence, which in an OpenAI chunk or whole answer
+// and in Anthropic's message_start is the answer's own field. "" when
+// absent, escaped or implausibly long: it only labels spans.
+func stringAfter(b, key []byte) string {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return ""
+	}
+	b = b[i+len(key):]
+	j := bytes.IndexByte(b, '"')
+	if j < 0 || j > 256 || bytes.IndexByte(b[:j], '\\') >= 0 {
+		return ""
+	}
+	return string(b[:j])
 }
 
 // intAfter parses the non-negative integer after key (0 when absent).

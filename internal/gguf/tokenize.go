@@ -21,7 +21,10 @@ func (v *Vocab) Tokenize(text string, addBOS bool) []int {
 	if text == "" {
 		return out
 	}
-	text = strings.ReplaceAll(" "+text, " ", spaceMark)
+	if !v.noSpacePrefix {
+		text = " " + text
+	}
+	text = strings.ReplaceAll(text, " ", spaceMark)
 	// Symbols over the text: a doubly linked list of byte ranges.
 	type symbol struct {
 		prev, next int
@@ -70,7 +73,14 @@ func (v *Vocab) Tokenize(text string, addBOS bool) []int {
 			continue
 		}
 		for j := 0; j < len(s); j++ {
-			out = append(out, 3+int(s[j])) // <0xXX> follow the three control tokens
+			switch {
+			case v.byteIDs == nil:
+				out = append(out, 3+int(s[j])) // <0xXX> follow the three control tokens
+			case v.byteIDs[s[j]] >= 0:
+				out = append(out, v.byteIDs[s[j]])
+			default:
+				out = append(out, UnkID) // no byte fallback: llama.cpp emits <unk>
+			}
 		}
 	}
 	return out

@@ -46,6 +46,11 @@ type Vocab struct {
 	// output marks the word pieces the model may generate (nil: any word
 	// piece; see Sampleable).
 	output []bool
+	// byteIDs maps a byte to its fallback token for vocabularies read from
+	// a file (nil: NewVocab's layout, <0xXX> at id 3+XX); -1 when missing.
+	byteIDs *[256]int
+	// noSpacePrefix is tokenizer.ggml.add_space_prefix = false.
+	noSpacePrefix bool
 }
 
 // Size is the number of tokens.

@@ -25,9 +25,8 @@ type JSONLWriter struct {
 	mu   sync.Mutex
 	f    *os.File
 	path string
-	buf  bytes.Buffer
-	enc  *json.Encoder
-	size int64 // bytes of whole lines in the file
+	buf  []byte // the line being written, reused
+	size int64  // bytes of whole lines in the file
 	kept int
 	err  error
 }
@@ -46,9 +45,7 @@ func NewJSONLWriter(path string) (*JSONLWriter, error) {
 		f.Close()
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	w := &JSONLWriter{f: f, path: path, size: st.Size()}
-	w.enc = json.NewEncoder(&w.buf)
-	return w, nil
+	return &JSONLWriter{f: f, path: path, size: st.Size()}, nil
 }
 
 // Path is the file written.
@@ -63,11 +60,19 @@ func (w *JSONLWriter) Write(r *Record) error {
 	if w.err != nil || w.f == nil {
 		return nil
 	}
-	w.buf.Reset()
-	if err := w.enc.Encode(r); err != nil {
-		return fmt.Errorf("encoding record %d: %w", r.Index, err)
+	line, ok := AppendJSON(w.buf[:0], r)
+	if !ok {
+		// A value only encoding/json knows what to do with (or refuses):
+		// its answer, its error.
+		var buf bytes.Buffer
+		if err := json.NewEncoder(&buf).Encode(r); err != nil {
+			return fmt.Errorf("encoding record %d: %w", r.Index, err)
+		}
+		line = buf.Bytes()
+	} else if cap(line) <= 64<<10 {
+		w.buf = line // keep the buffer, unless one huge record grew it
 	}
-	n, err := w.f.Write(w.buf.Bytes())
+	n, err := w.f.Write(line)
 	if err != nil {
 		w.err = fmt.Errorf("writing %s: %w", w.path, bare(err))
 		if n > 0 {

@@ -30,6 +30,13 @@ type Record struct {
 	Backend string `json:"backend,omitempty"`
 	API     string `json:"api,omitempty"`
 	Model   string `json:"model,omitempty"`
+	// ResponseID and ResponseModel are what the server said of its answer:
+	// its completion id (the "id" of OpenAI's chunks, Anthropic's message
+	// id) and the model it reports having run, which may differ from the
+	// requested Model (an alias resolved, a gateway's degrade). Empty when
+	// no answer came (a refused request, a 503). ID above is ttft's own.
+	ResponseID    string `json:"response_id,omitempty"`
+	ResponseModel string `json:"response_model,omitempty"`
 
 	// Workload labels.
 	Scenario string `json:"scenario,omitempty"`
@@ -88,6 +95,8 @@ type Record struct {
 	OutputEvents          int `json:"output_events,omitempty"`
 	ReasoningEvents       int `json:"reasoning_events,omitempty"`
 	MaxTokens             int `json:"max_tokens,omitempty"`
+	// Temperature is the sampling temperature sent (nil: none was sent).
+	Temperature *float64 `json:"temperature,omitempty"`
 
 	// NotStreamed marks a response that came as one JSON body although a
 	// stream was asked for: its first token is its end.

@@ -44,11 +44,17 @@ type GPU struct {
 	Aliases []string `yaml:"aliases,omitempty" json:"aliases,omitempty"`
 	Vendor  string   `yaml:"vendor,omitempty" json:"vendor,omitempty"`
 	// TFLOPS is dense tensor throughput by dtype (bf16, fp16, fp8, int8).
-	TFLOPS          map[string]float64 `yaml:"tflops" json:"tflops"`
-	MemoryGB        float64            `yaml:"memory_gb" json:"memory_gb"`
-	BandwidthGBs    float64            `yaml:"bandwidth_gbs" json:"bandwidth_gbs"`
-	InterconnectGBs float64            `yaml:"interconnect_gbs" json:"interconnect_gbs"`
-	PricePerHour    float64            `yaml:"price_per_hour" json:"price_per_hour"`
+	TFLOPS   map[string]float64 `yaml:"tflops" json:"tflops"`
+	MemoryGB float64            `yaml:"memory_gb" json:"memory_gb"`
+	// UsableGB is the memory the driver reports (cudaMemGetInfo's total,
+	// nvidia-smi's "MiB" figure), in 10^9 bytes, when it differs from the
+	// datasheet's: an "80 GB" H100 holds 80 GiB = 85.5 GB, and vLLM sizes
+	// its KV cache from the reported total × gpu_memory_utilization. 0:
+	// MemoryGB. It decides whether a 70B model fits on two 80 GB GPUs.
+	UsableGB        float64 `yaml:"usable_gb,omitempty" json:"usable_gb,omitempty"`
+	BandwidthGBs    float64 `yaml:"bandwidth_gbs" json:"bandwidth_gbs"`
+	InterconnectGBs float64 `yaml:"interconnect_gbs" json:"interconnect_gbs"`
+	PricePerHour    float64 `yaml:"price_per_hour" json:"price_per_hour"`
 	// Class is empty for datacentre accelerators and "cpu" or "edge" for
 	// the CPU and edge devices, which "ttft plan" leaves out unless asked.
 	Class string `yaml:"class,omitempty" json:"class,omitempty"`
@@ -71,6 +77,12 @@ type EngineProfile struct {
 	SeqOverheadUs         float64 `yaml:"seq_overhead_us" json:"seq_overhead_us"`
 	TokenOverheadUs       float64 `yaml:"token_overhead_us" json:"token_overhead_us"`
 	APIOverheadMs         float64 `yaml:"api_overhead_ms" json:"api_overhead_ms"`
+	// AttnEff is attention's efficiency relative to the GEMMs' (0 or 1:
+	// the same, as fused FlashAttention kernels on GPUs reach). A CPU
+	// engine without fused attention (ggml: separate KQ, softmax and KQV
+	// passes over small head dimensions) runs it several times slower per
+	// FLOP than its matrix multiplies; `ttft sim calibrate` fits it.
+	AttnEff float64 `yaml:"attn_eff,omitempty" json:"attn_eff,omitempty"`
 	// APIInflightMs is the front end's contention cost: extra delay before a
 	// new request reaches the engine for every other request the API server
 	// is already handling. vLLM's API server is one Python event loop that
@@ -85,6 +97,25 @@ type EngineProfile struct {
 	// DequantOverhead is the extra fraction of GEMM time weight-only
 	// formats (int8, int4, awq, gptq) spend unpacking weights to 16-bit.
 	DequantOverhead float64 `yaml:"dequant_overhead,omitempty" json:"dequant_overhead,omitempty"`
+	// GraphMaxTokens: steps of at most this many tokens, prefill chunks
+	// included, replay CUDA graphs and cost decode_layer_overhead_us per
+	// layer (vLLM V1 captures piecewise graphs around attention for batches
+	// up to 512 tokens). 0: only decode-only steps do (vLLM V0, SGLang,
+	// TensorRT-LLM as profiled here).
+	GraphMaxTokens int `yaml:"graph_max_tokens,omitempty" json:"graph_max_tokens,omitempty"`
+	// Scheduler is the engine's batching policy when a deployment does not
+	// set one: "v1" (chunked prefill mixed with decodes under a token
+	// budget: vLLM ≥ 0.8, TensorRT-LLM's in-flight batching with context
+	// chunking) or "v0" (prefill first, whole prompts, never mixed with
+	// decodes: vLLM ≤ 0.7, TGI, lmdeploy TurboMind, SGLang's default
+	// policy). Empty: v1.
+	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	// GQAKVReread: the engine's decode-attention kernel reads each KV head
+	// once per query head instead of once per group (TensorRT-LLM's
+	// masked-MHA kernel before XQA, v0.5–0.6), so a grouped-query model's
+	// KV traffic is heads/kv_heads times its cache. Kernel generation, not
+	// a fitted factor.
+	GQAKVReread bool `yaml:"gqa_kv_reread,omitempty" json:"gqa_kv_reread,omitempty"`
 	// Int8Activations: the engine quantizes activations to 8 bits and runs
 	// int8/int4 weights on the device's int8 dot-product units (llama.cpp's
 	// Q8_0 × Q4_0 path) instead of unpacking to 16-bit.

@@ -350,12 +350,16 @@ func (d *Deployment) resolveDraft(cat *Catalog, kvBytes float64) error {
 // GPU after the weights and the profiled activations.
 func (d *Deployment) sizeKVCache() error {
 	cfg, g, prof, tp := &d.Config, &d.GPU, &d.Profile, d.TP
-	budget := g.MemoryGB * cfg.GPUMemoryUtilization
+	mem := g.MemoryGB
+	if g.UsableGB > 0 {
+		mem = g.UsableGB
+	}
+	budget := mem * cfg.GPUMemoryUtilization
 	d.WeightGBGPU = (d.WeightBytes/float64(tp) + d.DraftWeightBytes) / 1e9
 	d.KVGBPerGPU = budget - d.WeightGBGPU - prof.ReserveGB
 	if d.KVGBPerGPU <= 0 {
 		return fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
-			d.Model.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, g.MemoryGB, cfg.GPUMemoryUtilization, prof.ReserveGB)
+			d.Model.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, mem, cfg.GPUMemoryUtilization, prof.ReserveGB)
 	}
 	d.NumBlocks = int(d.KVGBPerGPU * 1e9 / ((d.KVBytesTok + d.DraftKVBytesTok) * float64(d.BlockSize)))
 	if d.NumBlocks*d.BlockSize < d.MaxModelLen {
@@ -368,6 +372,9 @@ func (d *Deployment) sizeKVCache() error {
 // resolveBatching sets the scheduler and the per-step token budget.
 func (d *Deployment) resolveBatching() error {
 	cfg := &d.Config
+	if cfg.Scheduler == "" {
+		cfg.Scheduler = d.Profile.Scheduler
+	}
 	switch cfg.Scheduler {
 	case "", "v1":
 	case "v0":
@@ -459,7 +466,11 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 		// before the multiply: extra ALU work proportional to the GEMMs.
 		gemmTime *= 1 + p.DequantOverhead
 	}
-	b.Compute = (gemmTime + attn/(d.peak16*eff)) / tp
+	attnEff := eff
+	if p.AttnEff > 0 {
+		attnEff *= p.AttnEff
+	}
+	b.Compute = (gemmTime + attn/(d.peak16*attnEff)) / tp
 
 	wbytes := d.WeightBytes
 	if d.Model.Experts > 0 {
@@ -468,7 +479,11 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 		touched := e * (1 - math.Pow(1-k/e, T))
 		wbytes = d.denseBytes + touched*d.expertBytes
 	}
-	bytes := wbytes/tp + d.KVBytesTok*(l.ctxRead+T)
+	ctxRead := l.ctxRead
+	if p.GQAKVReread && d.Model.KVHeads > 0 {
+		ctxRead *= float64(d.Model.Heads) / float64(d.Model.KVHeads)
+	}
+	bytes := wbytes/tp + d.KVBytesTok*(ctxRead+T)
 	b.Memory = bytes / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
 
 	if d.TP > 1 {
@@ -478,7 +493,7 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 		b.Comm = 2 * float64(d.Model.Layers) * per
 	}
 	layerUs := p.LayerOverheadUs
-	if !l.prefill {
+	if !l.prefill || l.tokens <= p.GraphMaxTokens {
 		layerUs = p.DecodeLayerOverheadUs
 	}
 	b.Overhead = float64(d.Model.Layers)*layerUs*1e-6 + p.StepOverheadMs*1e-3 + float64(l.seqs)*p.SeqOverheadUs*1e-6 + T*p.TokenOverheadUs*1e-6

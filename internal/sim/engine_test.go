@@ -239,7 +239,7 @@ func TestEngineRefusals(t *testing.T) {
 	}{
 		{Config{Model: "llama-9-1t", GPU: "h100"}, "known models: "},
 		{Config{Model: "llama-3-8b", GPU: "tpu-v9"}, "known GPUs: "},
-		{Config{Model: "llama-3-70b", GPU: "a100-80gb"}, "weights need 141.1 GB per GPU, available 70.0 GB"},
+		{Config{Model: "llama-3-70b", GPU: "a100-80gb"}, "weights need 141.1 GB per GPU, available 75.3 GB"},
 		{Config{Model: "llama-3-70b", GPU: "a100-80gb", TensorParallelSize: 3}, "does not divide"},
 		{Config{Model: "llama-3-8b", GPU: "l4", MaxModelLen: 100000}, "exceeds llama-3-8b's maximum"},
 		{Config{Model: "llama-3-8b", GPU: "h100", Quantization: "int3"}, "unknown quantization"},

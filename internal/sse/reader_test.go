@@ -3,6 +3,7 @@ package sse
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -213,7 +214,56 @@ func FuzzReader(f *testing.F) {
 				}
 			}
 		}
+		// A reader reset after another stream (this one, cut anywhere)
+		// reads as a new one.
+		rd := NewReader(bytes.NewReader(in[:len(in)/2]), Options{})
+		for {
+			if _, err := rd.Next(); err != nil {
+				break
+			}
+		}
+		rd.Reset(bytes.NewReader(in), Options{})
+		var got []ev
+		for {
+			e, err := rd.Next()
+			if err != nil {
+				break
+			}
+			got = append(got, ev{string(e.Type), string(e.Data), string(e.ID), e.Unterminated})
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%q after Reset: got %+v want %+v", in, got, want)
+		}
 	})
+}
+
+// TestReaderResetKeepsBuffers: a reused reader allocates nothing for its
+// next stream, and one that grew for a long line starts small again.
+func TestReaderResetKeepsBuffers(t *testing.T) {
+	in := []byte("event: e\nid: 1\ndata: a\n\n")
+	rd := NewReader(bytes.NewReader(in), Options{})
+	br := bytes.NewReader(in)
+	allocs := testing.AllocsPerRun(100, func() {
+		br.Reset(in)
+		rd.Reset(br, Options{})
+		for {
+			if _, err := rd.Next(); err != nil {
+				break
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per reused stream", allocs)
+	}
+	long := []byte("data: " + strings.Repeat("x", 3*initialBuf) + "\n\n")
+	rd.Reset(bytes.NewReader(long), Options{})
+	if e, err := rd.Next(); err != nil || len(e.Data) != 3*initialBuf {
+		t.Fatalf("long event: %v", err)
+	}
+	rd.Reset(br, Options{})
+	if len(rd.buf) != initialBuf || cap(rd.data) > maxKeptBuf {
+		t.Fatalf("after a long line: buffer %d, data %d", len(rd.buf), cap(rd.data))
+	}
 }
 
 func BenchmarkReader(b *testing.B) {

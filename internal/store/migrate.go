@@ -41,11 +41,34 @@ var migrations = [][]string{
 			PRIMARY KEY (run_id, idx)
 		)`,
 	},
+	{ // 1 -> 2: sharded runs (shard.go). A run spread over several load
+		// generators is one row of ttft_runs; ttft_shard_runs is its start
+		// barrier, ttft_shards each shard's health, summary and sketches,
+		// and each request row says which shard sent it.
+		`CREATE TABLE ttft_shard_runs (
+			run_id TEXT PRIMARY KEY,
+			shard_count INTEGER NOT NULL,
+			start_ns BIGINT NOT NULL,
+			created_ns BIGINT NOT NULL
+		)`,
+		`CREATE TABLE ttft_shards (
+			run_id TEXT NOT NULL,
+			shard INTEGER NOT NULL,
+			registered_ns BIGINT NOT NULL,
+			finished_ns BIGINT NOT NULL,
+			n_records INTEGER NOT NULL,
+			health TEXT NOT NULL,
+			summary TEXT NOT NULL,
+			sketches TEXT NOT NULL,
+			PRIMARY KEY (run_id, shard)
+		)`,
+		`ALTER TABLE ttft_requests ADD COLUMN shard INTEGER NOT NULL DEFAULT 0`,
+	},
 }
 
 // SchemaVersion is the schema this build writes: len(migrations), which a
 // test checks.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrNewerSchema is returned (wrapped) for a database written by a newer ttft.
 var ErrNewerSchema = errors.New("database schema is newer than this ttft")

@@ -156,9 +156,11 @@ func (s *sqlStore) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
 // idChars are the characters of a run ID: the alphabet of generated IDs,
-// and the hex digits and dashes of the IDs ttft bench gives its runs
-// (20261202-014245-83d1c8). None is a LIKE metacharacter.
-const idChars = idAlphabet + "-"
+// the hex digits and dashes of the IDs ttft bench gives its runs
+// (20261202-014245-83d1c8), and any lower-case letter, for the IDs users
+// give sharded runs (--run-id, which also names a Kubernetes Job). None is
+// a LIKE metacharacter.
+const idChars = "0123456789abcdefghijklmnopqrstuvwxyz-"
 
 // newID returns 8 random characters (40 bits).
 func newID() (string, error) {
@@ -471,6 +473,9 @@ func (s *sqlStore) Delete(ctx context.Context, id string) error {
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM ttft_requests WHERE run_id = ?`), id); err != nil {
 			return fmt.Errorf("deleting records of run %s: %w", id, err)
 		}
+		if err := s.deleteShards(ctx, tx, id); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM ttft_runs WHERE id = ?`), id)
 		if err != nil {
 			return fmt.Errorf("deleting run %s: %w", id, err)
@@ -538,6 +543,9 @@ func (s *sqlStore) Prune(ctx context.Context, p Policy, now time.Time) (PruneRes
 				return fmt.Errorf("pruning records of run %s: %w", id, err)
 			}
 			if gone[id] {
+				if err := s.deleteShards(ctx, tx, id); err != nil {
+					return err
+				}
 				_, err = tx.ExecContext(ctx, s.q(`DELETE FROM ttft_runs WHERE id = ?`), id)
 			} else {
 				_, err = tx.ExecContext(ctx, s.q(`UPDATE ttft_runs SET records_pruned = 1 WHERE id = ?`), id)

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -65,13 +66,30 @@ func RequestAttributes(api, model string, maxTokens int) []attribute.KeyValue {
 	return kv
 }
 
+// ErrorType is error.type for a failed record, as the HTTP and GenAI
+// conventions spell it: the status code as a string when the server
+// answered with an error status ("503"), else a low-cardinality name of
+// what went wrong — ttft's error class ("timeout", "stream_cut", ...).
+// Empty for a request that succeeded.
+func ErrorType(rec *record.Record) string {
+	if rec.ErrorClass == record.ErrNone {
+		return ""
+	}
+	if rec.ErrorClass == record.ErrHTTPStatus && rec.Status >= 400 {
+		return strconv.Itoa(rec.Status)
+	}
+	return rec.ErrorClass
+}
+
 // RecordAttributes are the attributes a finished record adds: response
 // model, usage, time to first chunk (seconds, per the conventions), error
 // type, and ttft's own timing breakdown.
 func RecordAttributes(rec *record.Record) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 16)
-	if rec.Model != "" {
-		kv = append(kv, genaiattr.AttrResponseModel.String(rec.Model))
+	// The response model is the one the server reported: absent when no
+	// answer came (a 503, a refused connection), never the requested one.
+	if rec.ResponseModel != "" {
+		kv = append(kv, genaiattr.AttrResponseModel.String(rec.ResponseModel))
 	}
 	if in := firstPositive(rec.PromptTokensUsage, rec.PromptTokens); in > 0 {
 		kv = append(kv, genaiattr.AttrUsageInputTokens.Int(in))
@@ -85,8 +103,13 @@ func RecordAttributes(rec *record.Record) []attribute.KeyValue {
 	if rec.FinishReason != "" {
 		kv = append(kv, genaiattr.AttrResponseFinish.StringSlice([]string{rec.FinishReason}))
 	}
+	// gen_ai.response.id is the server's completion id; ttft's own record
+	// id (the X-Request-Id it sent) has an attribute of its own.
+	if rec.ResponseID != "" {
+		kv = append(kv, genaiattr.AttrResponseID.String(rec.ResponseID))
+	}
 	if rec.ID != "" {
-		kv = append(kv, genaiattr.AttrResponseID.String(rec.ID))
+		kv = append(kv, genaiattr.AttrRecordID.String(rec.ID))
 	}
 	if !rec.FirstToken.IsZero() && !rec.Sent.IsZero() {
 		kv = append(kv, genaiattr.AttrTimeToFirstChunk.Float64(rec.FirstToken.Sub(rec.Sent).Seconds()))
@@ -111,7 +134,7 @@ func RecordAttributes(rec *record.Record) []attribute.KeyValue {
 		kv = append(kv, genaiattr.AttrHTTPStatus.Int(rec.Status))
 	}
 	if rec.ErrorClass != record.ErrNone {
-		kv = append(kv, genaiattr.AttrErrorType.String(rec.ErrorClass))
+		kv = append(kv, genaiattr.AttrErrorType.String(ErrorType(rec)), genaiattr.AttrErrorClass.String(rec.ErrorClass))
 	}
 	if rec.Scenario != "" {
 		kv = append(kv, genaiattr.AttrScenario.String(rec.Scenario))

@@ -62,13 +62,14 @@ func TestTraceObserverSpan(t *testing.T) {
 	tp, exp := newRecorder()
 	o := NewTraceObserver(tp, "openai-chat", "fallback-model", "http://127.0.0.1:8123/v1", 200*time.Millisecond)
 	sent := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	temp := 0.7
 	cases := []struct {
 		name      string
 		rec       record.Record
 		violated  bool
 		errStatus bool
 	}{
-		{"fast ok", record.Record{Model: "m1", API: "openai-chat", Sent: sent, FirstToken: sent.Add(120 * time.Millisecond),
+		{"fast ok", record.Record{Model: "m1", ResponseModel: "m1-2026-01", ResponseID: "chatcmpl-42", ID: "run-7", Temperature: &temp, API: "openai-chat", Sent: sent, FirstToken: sent.Add(120 * time.Millisecond),
 			End: sent.Add(time.Second), PromptTokens: 100, PromptTokensUsage: 101, OutputTokensUsage: 20, FinishReason: "stop", ITLMs: []float64{10, 30}}, false, false},
 		{"slow ok", record.Record{Model: "m1", API: "openai-completions", Sent: sent, FirstToken: sent.Add(450 * time.Millisecond),
 			End: sent.Add(time.Second), PromptTokens: 100, OutputEvents: 7}, true, false},
@@ -117,9 +118,23 @@ func TestTraceObserverSpan(t *testing.T) {
 			if (s.Status.Code == codes.Error) != c.errStatus {
 				t.Errorf("status %v, want error=%v", s.Status, c.errStatus)
 			}
+			// The response's model and id are the server's: absent when
+			// it sent none (the requested model is never put there).
+			if got, ok := a[genaiattr.AttrResponseModel]; ok != (rec.ResponseModel != "") || got.AsString() != rec.ResponseModel {
+				t.Errorf("gen_ai.response.model = %v (present %v), want %q", got, ok, rec.ResponseModel)
+			}
+			if got, ok := a[genaiattr.AttrResponseID]; ok != (rec.ResponseID != "") || got.AsString() != rec.ResponseID {
+				t.Errorf("gen_ai.response.id = %v (present %v), want %q", got, ok, rec.ResponseID)
+			}
+			if rec.ID != "" && a[genaiattr.AttrRecordID].AsString() != rec.ID {
+				t.Errorf("ttft.request.id = %v, want %q", a[genaiattr.AttrRecordID], rec.ID)
+			}
+			if got, ok := a[genaiattr.AttrRequestTemperature]; ok != (rec.Temperature != nil) || (ok && got.AsFloat64() != *rec.Temperature) {
+				t.Errorf("gen_ai.request.temperature = %v (present %v), want %v", got, ok, rec.Temperature)
+			}
 			if c.errStatus {
-				if a[genaiattr.AttrErrorType].AsString() != rec.ErrorClass {
-					t.Errorf("error.type %v", a[genaiattr.AttrErrorType])
+				if a[genaiattr.AttrErrorType].AsString() != "503" || a[genaiattr.AttrErrorClass].AsString() != rec.ErrorClass {
+					t.Errorf("error.type %v (want the status code, 503), ttft.error.class %v", a[genaiattr.AttrErrorType], a[genaiattr.AttrErrorClass])
 				}
 				if len(s.Events) != 0 {
 					t.Errorf("failed request has a first-token event")
@@ -139,6 +154,24 @@ func TestTraceObserverSpan(t *testing.T) {
 				t.Errorf("input tokens %v, want the server's usage %d", a[genaiattr.AttrUsageInputTokens], rec.PromptTokensUsage)
 			}
 		})
+	}
+}
+
+func TestErrorType(t *testing.T) {
+	cases := []struct {
+		rec  record.Record
+		want string
+	}{
+		{record.Record{}, ""},
+		{record.Record{ErrorClass: record.ErrHTTPStatus, Status: 429}, "429"},
+		{record.Record{ErrorClass: record.ErrHTTPStatus}, record.ErrHTTPStatus}, // no status known
+		{record.Record{ErrorClass: record.ErrTimeout}, "timeout"},
+		{record.Record{ErrorClass: record.ErrStreamCut, Status: 200}, "stream_cut"},
+	}
+	for _, c := range cases {
+		if got := ErrorType(&c.rec); got != c.want {
+			t.Errorf("ErrorType(%+v) = %q, want %q", c.rec, got, c.want)
+		}
 	}
 }
 

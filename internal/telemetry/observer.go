@@ -64,6 +64,9 @@ func (o *TraceObserver) Start(ctx context.Context, req *workload.Request, rec *r
 		maxTokens = req.MaxTokens
 	}
 	attrs := append(RequestAttributes(api, model, maxTokens), o.server...)
+	if rec.Temperature != nil {
+		attrs = append(attrs, genaiattr.AttrRequestTemperature.Float64(*rec.Temperature))
+	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
 	if !rec.Sent.IsZero() {
 		opts = append(opts, trace.WithTimestamp(rec.Sent))

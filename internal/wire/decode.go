@@ -31,6 +31,9 @@ type Chunk struct {
 	// Done marks the protocol's end of stream ([DONE], message_stop).
 	Done  bool
 	Model string
+	// ID is the server's completion id when the event carried one (every
+	// OpenAI chunk repeats it; Anthropic's message_start has it).
+	ID string
 	// Timings holds engine-reported per-request timings in ms (llama.cpp's
 	// "timings" object), when present.
 	Timings map[string]float64
@@ -59,7 +62,7 @@ var doneMarker = []byte("[DONE]")
 
 // openAIDecoder reads ChatCompletionChunk events (shapes.go), the usual
 // token chunk on the fast path (fastpath.go).
-type openAIDecoder struct{ model string }
+type openAIDecoder struct{ model, id string }
 
 func (d *openAIDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	*c = Chunk{}
@@ -88,7 +91,7 @@ func decodeSlow(d *openAIDecoder, data []byte, c *Chunk) error {
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return fmt.Errorf("malformed stream chunk %q: %w", truncate(data, 120), err)
 	}
-	c.Model = ch.Model
+	c.Model, c.ID = ch.Model, ch.ID
 	if len(ch.Error) > 0 && !bytes.Equal(ch.Error, []byte("null")) {
 		c.Err = errorText(ch.Error)
 		return nil
@@ -144,7 +147,7 @@ func (d *anthropicDecoder) Decode(ev *sse.Event, c *Chunk) error {
 	case "message_start":
 		c.Role = true
 		if e.Message != nil {
-			c.Model = e.Message.Model
+			c.Model, c.ID = e.Message.Model, e.Message.ID
 			if u := e.Message.Usage; u != nil {
 				// Anthropic counts cached reads apart from input_tokens.
 				d.usage.PromptTokens = u.PromptTokens()

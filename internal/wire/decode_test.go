@@ -147,6 +147,11 @@ func FuzzFastPathAgrees(f *testing.F) {
 		`{"choices":[{"index":0,"text":" x","finish_reason":"length"}]}`,
 		`{"choices":[{"delta":{"reasoning_content":"think"}}],"usage":null}`,
 		`{"choices":[],"usage":{"prompt_tokens":1}}`,
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20,"prompt_tokens_details":{"cached_tokens":4,"audio_tokens":0}}}`,
+		`{"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":-3,"prompt_tokens_details":null,"x":[{"y":1}]}}`,
+		`{"choices":[],"usage":{"prompt_tokens":1.0}}`,
+		`{"choices":[],"usage":{"Prompt_Tokens":1}}`,
+		`{"choices":[],"usage":{}}`,
 		`{"object":"error","message":"x"}`,
 		`{"choices":[{"delta":{"content":"a\nb"}}]}`,
 		`{"a":[1,-2.5e3,true,false,null,{"b":"c"}],"choices":null}`,
@@ -167,10 +172,26 @@ func FuzzFastPathAgrees(f *testing.F) {
 		// Decode's fast path would answer again; compare with the full one.
 		decodeSlow(d, data, &slow)
 		if fast.Content != slow.Content || fast.Reasoning != slow.Reasoning || fast.Role != slow.Role ||
-			fast.Finish != slow.Finish || fast.Model != slow.Model || fast.Err != slow.Err || slow.Usage != nil {
+			fast.Finish != slow.Finish || fast.Model != slow.Model || fast.ID != slow.ID || fast.Err != slow.Err ||
+			(fast.Usage == nil) != (slow.Usage == nil) || (fast.Usage != nil && *fast.Usage != *slow.Usage) {
 			t.Fatalf("%q:\nfast %+v\nslow %+v", data, fast, slow)
 		}
 	})
+}
+
+// TestFastPathTakesUsage: the usage chunk that ends every request's
+// stream is read without encoding/json.
+func TestFastPathTakesUsage(t *testing.T) {
+	var c Chunk
+	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"total_tokens":20,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":4}}}`)
+	if !fastOpenAI(data, &c, &openAIDecoder{}) || c.Usage == nil || *c.Usage != (Usage{PromptTokens: 12, CompletionTokens: 8, CachedPromptTokens: 4}) || c.ID != "chatcmpl-1" {
+		t.Fatalf("fast path on the usage chunk: %+v", c)
+	}
+	for _, refused := range []string{`{"usage":{"prompt_tokens":1e3}}`, `{"usage":{"prompt_tokens":1},"usage":null}`, `{"usage":{"PROMPT_TOKENS":1}}`, `{"usage":{"prompt_tokens":1234567890123456789}}`, `{"usage":[]}`} {
+		if fastOpenAI([]byte(refused), &Chunk{}, &openAIDecoder{}) {
+			t.Errorf("fast path took %s", refused)
+		}
+	}
 }
 
 func BenchmarkDecodeChatChunkSlowPath(b *testing.B) {

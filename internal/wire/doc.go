@@ -18,7 +18,9 @@
 // request readers and OpenAI answer readers (fields kept raw to refuse what
 // the other API cannot carry), and the gateway's request reader (one view
 // of all three request shapes, mirrored by its allocation-free scanner).
-// Body builds requests from a map (--extra-body merges into it) and the
-// per-token events are written by hand; their comments name the shape.
+// Request bodies are appended by a per-run template (Requester, body.go:
+// the bytes encoding/json writes for a map of the fields, --extra-body
+// merged into it, which bodyMap keeps as the reference) and the per-token
+// events are written by hand; their comments name the shape.
 // Message contents are flattened by one function, ContentText.
 package wire

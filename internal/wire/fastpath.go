@@ -5,8 +5,9 @@ import "github.com/ttft-dev/ttft/internal/jsonscan"
 // A fast path for the one event shape that dominates every OpenAI-compatible
 // stream: {"choices":[{"delta":{"content":"..."}}], ...} with plain strings.
 // It walks the bytes once without reflection or allocation beyond the text
-// itself, and gives up (returning false) on anything unusual — escapes,
-// tool calls, usage, errors, timings — which the encoding/json path then
+// itself (and the usage object of a stream's last chunk), and gives up
+// (returning false) on anything unusual — escapes, tool calls, errors,
+// timings — which the encoding/json path then
 // handles. A fuzz test checks both paths agree whenever the fast one answers.
 // The JSON tokens come from internal/jsonscan; the chunk's shape is here.
 
@@ -15,7 +16,7 @@ type chunkScanner struct{ jsonscan.Scanner }
 
 func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
 	s := chunkScanner{jsonscan.New(data)}
-	seenChoices := false
+	seenChoices, seenUsage := false, false
 	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "choices":
@@ -34,15 +35,32 @@ func fastOpenAI(data []byte, c *Chunk, d *openAIDecoder) bool {
 				d.model = string(m)
 			}
 			c.Model = d.model
+		case "id":
+			v, ok := s.PlainBytes()
+			if !ok {
+				return false
+			}
+			if string(v) != d.id {
+				d.id = string(v)
+			}
+			c.ID = d.id
 		case "object":
 			// Usually "chat.completion.chunk"; vLLM's error objects use
 			// it too, so let the full decoder look.
 			v, ok := s.PlainBytes()
 			return ok && string(v) != "error"
-		case "usage", "error", "timings", "message":
+		case "usage":
+			// Every request's final chunk (stream_options.include_usage):
+			// on the slow path it cost a reflection decode per request.
+			if seenUsage {
+				return false // encoding/json would merge the two
+			}
+			seenUsage = true
+			return s.usage(c)
+		case "error", "timings", "message":
 			return s.Null()
 		default:
-			return !foldsTo(key, "model", "choices", "usage", "error", "object", "timings", "message") && s.Skip(maxSkipDepth)
+			return !foldsTo(key, "id", "model", "choices", "usage", "error", "object", "timings", "message") && s.Skip(maxSkipDepth)
 		}
 		return true
 	}) && s.End()
@@ -118,6 +136,78 @@ func (s *chunkScanner) delta(d *deltaFields) bool {
 	})
 }
 
+// usage reads CompletionUsage as encoding/json does: null leaves Usage
+// nil, an object gives a Usage (zero fields when absent or null). Numbers
+// that are not plain integers (1.0, 1e3, huge ones: errors to
+// encoding/json) and a repeated prompt_tokens_details (which it would
+// merge) go to the full decoder.
+func (s *chunkScanner) usage(c *Chunk) bool {
+	if s.Null() {
+		return true
+	}
+	var u Usage
+	seenDetails := false
+	ok := s.Object(func(key []byte) bool {
+		switch string(key) {
+		case "prompt_tokens":
+			return s.intOrNull(&u.PromptTokens)
+		case "completion_tokens":
+			return s.intOrNull(&u.CompletionTokens)
+		case "prompt_tokens_details":
+			if seenDetails {
+				return false
+			}
+			seenDetails = true
+			u.CachedPromptTokens = 0
+			return s.Null() || s.Object(func(key []byte) bool {
+				if string(key) == "cached_tokens" {
+					return s.intOrNull(&u.CachedPromptTokens)
+				}
+				return !foldsTo(key, "cached_tokens") && s.Skip(maxSkipDepth)
+			})
+		default:
+			return !foldsTo(key, "prompt_tokens", "completion_tokens", "prompt_tokens_details") && s.Skip(maxSkipDepth)
+		}
+	})
+	if !ok {
+		return false
+	}
+	c.Usage = &u
+	return true
+}
+
+// intOrNull reads an integer into *v, or null leaving it as it is (as
+// encoding/json does for an int field). Only plain integers of up to 18
+// digits, which every int holds: anything else is for encoding/json.
+func (s *chunkScanner) intOrNull(v *int) bool {
+	if s.Null() {
+		return true
+	}
+	n, ok := s.Number()
+	if !ok {
+		return false
+	}
+	neg := len(n) > 0 && n[0] == '-'
+	if neg {
+		n = n[1:]
+	}
+	if len(n) == 0 || len(n) > 18 {
+		return false
+	}
+	x := 0
+	for _, d := range n {
+		if d < '0' || d > '9' {
+			return false // a fraction or an exponent
+		}
+		x = x*10 + int(d-'0')
+	}
+	if neg {
+		x = -x
+	}
+	*v = x
+	return true
+}
+
 // foldsTo reports whether key matches any name the way encoding/json
 // matches object keys to fields (ASCII case-insensitively).
 func foldsTo(key []byte, names ...string) bool {
@@ -144,8 +234,9 @@ func (s *chunkScanner) stringOrNull() (string, bool) {
 
 // FastOpenAIChunk is an OpenAI-chat decoder's fast path on its own, for
 // callers with their own full decoder (the gateway's stream translator):
-// Decode reads the usual token chunk into c and reports false, without
-// falling back, for any other shape. Not for concurrent use.
+// Decode reads the usual token chunk (or a usage chunk, with c.Usage set)
+// into c and reports false, without falling back, for any other shape. Not
+// for concurrent use.
 type FastOpenAIChunk struct{ d openAIDecoder }
 
 func (f *FastOpenAIChunk) Decode(data []byte, c *Chunk) bool {

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -98,10 +97,19 @@ func (a API) Path() string {
 	}
 }
 
-// Body builds the JSON body for req. It is a map, not one of the request
-// types of shapes.go, because --extra-body merges any key into it; the
-// messages are the workload's own, whose JSON is TextMessage's.
+// Body builds the JSON body for req: what encoding/json writes for a map of
+// the body's fields (so keys sorted, and --extra-body's keys replacing
+// ours), written by a template (body.go). The messages are the workload's
+// own, whose JSON is TextMessage's.
 func Body(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
+	return NewRequester(api, "", opt).AppendBody(nil, req)
+}
+
+// bodyMap is Body the way it was first written, through a map and
+// encoding/json: the reference the template must match
+// (TestBodyTemplateMatches, FuzzBodyTemplate), and its answer (an error)
+// whenever an --extra-body value cannot be encoded.
+func bodyMap(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
 	m := make(map[string]any, 10)
 	m["model"] = opt.Model
 	m["stream"] = true
@@ -133,18 +141,7 @@ func Body(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
 		}
 		m["max_tokens"] = maxTok
 	case OpenAICompletions:
-		prompt := req.Prompt
-		if prompt == "" {
-			var b strings.Builder
-			for i, mm := range msgs {
-				if i > 0 {
-					b.WriteString("\n\n")
-				}
-				b.WriteString(mm.Content)
-			}
-			prompt = b.String()
-		}
-		m["prompt"] = prompt
+		m["prompt"] = completionPrompt(req, msgs)
 		openAICommon(m, req, opt)
 	default:
 		m["messages"] = msgs
@@ -160,13 +157,25 @@ func Body(api API, req *workload.Request, opt *RequestOptions) ([]byte, error) {
 	return b, nil
 }
 
+// completionPrompt is a completions request's prompt: the workload's, or
+// its messages' contents joined by blank lines.
+func completionPrompt(req *workload.Request, msgs []workload.Message) string {
+	if req.Prompt != "" {
+		return req.Prompt
+	}
+	var b strings.Builder
+	for i, mm := range msgs {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(mm.Content)
+	}
+	return b.String()
+}
+
 func openAICommon(m map[string]any, req *workload.Request, opt *RequestOptions) {
 	if req.MaxTokens > 0 {
-		field := opt.MaxTokensField
-		if field == "" {
-			field = "max_tokens"
-		}
-		m[field] = req.MaxTokens
+		m[opt.maxTokensField()] = req.MaxTokens
 	}
 	if !opt.NoUsage {
 		m["stream_options"] = StreamOptions{IncludeUsage: true}
@@ -179,36 +188,43 @@ func openAICommon(m map[string]any, req *workload.Request, opt *RequestOptions) 
 	}
 }
 
+// maxTokensField is the OpenAI output cap's name.
+func (opt *RequestOptions) maxTokensField() string {
+	if opt.MaxTokensField == "" {
+		return "max_tokens"
+	}
+	return opt.MaxTokensField
+}
+
 // NewRequest builds the HTTP request for req against base (see BaseURL).
+// A run builds a Requester once instead.
 func NewRequest(ctx context.Context, api API, base string, req *workload.Request, opt *RequestOptions) (*http.Request, error) {
-	body, err := Body(api, req, opt)
-	if err != nil {
-		return nil, err
-	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, base+api.Path(), bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("building request: %w", err)
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "text/event-stream")
+	return NewRequester(api, base, opt).New(ctx, req)
+}
+
+// requestHeader is the header every request of a run carries.
+func requestHeader(api API, opt *RequestOptions) http.Header {
+	h := make(http.Header, 4+len(opt.Headers))
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "text/event-stream")
 	// Compression would delay events until a compressor flushes.
-	hr.Header.Set("Accept-Encoding", "identity")
+	h.Set("Accept-Encoding", "identity")
 	for k, vs := range opt.Headers {
 		for _, v := range vs {
-			hr.Header.Add(k, v)
+			h.Add(k, v)
 		}
 	}
 	if opt.APIKey != "" {
 		if api == Anthropic {
-			hr.Header.Set("x-api-key", opt.APIKey)
+			h.Set("x-api-key", opt.APIKey)
 		} else {
-			hr.Header.Set("Authorization", "Bearer "+opt.APIKey)
+			h.Set("Authorization", "Bearer "+opt.APIKey)
 		}
 	}
-	if api == Anthropic && hr.Header.Get("anthropic-version") == "" {
-		hr.Header.Set("anthropic-version", AnthropicVersion)
+	if api == Anthropic && h.Get("anthropic-version") == "" {
+		h.Set("anthropic-version", AnthropicVersion)
 	}
-	return hr, nil
+	return h
 }
 
 // workload.Message is sent as a TextMessage: same fields (this conversion

@@ -118,6 +118,7 @@ type AnthropicTextBlock struct {
 // encoding/json on this type (FuzzFastPathAgrees): a field added here must
 // be known to the fast path too.
 type ChatCompletionChunk struct {
+	ID      string           `json:"id"` // the server's completion id (gen_ai.response.id)
 	Model   string           `json:"model"`
 	Choices []ChunkChoice    `json:"choices"`
 	Usage   *CompletionUsage `json:"usage"`
@@ -164,6 +165,7 @@ type ToolCallFunction struct {
 // text_completion answer as the client reads it, or an error body sent in
 // its place.
 type ChatCompletion struct {
+	ID      string                 `json:"id"`
 	Model   string                 `json:"model"`
 	Choices []ChatCompletionChoice `json:"choices"`
 	Usage   *CompletionUsage       `json:"usage"`

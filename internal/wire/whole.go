@@ -19,7 +19,7 @@ func DecodeWhole(api API, body []byte) (Chunk, error) {
 			c.Err = m.Error.Message
 			return c, nil
 		}
-		c.Model, c.Finish, c.Done = m.Model, m.StopReason, true
+		c.Model, c.ID, c.Finish, c.Done = m.Model, m.ID, m.StopReason, true
 		for _, b := range m.Content {
 			c.Content += b.Text
 			c.Reasoning += b.Thinking
@@ -37,7 +37,7 @@ func DecodeWhole(api API, body []byte) (Chunk, error) {
 		c.Err = errorText(m.Error)
 		return c, nil
 	}
-	c.Model, c.Done = m.Model, true
+	c.Model, c.ID, c.Done = m.Model, m.ID, true
 	for _, ch := range m.Choices {
 		c.Content += ch.Message.Content + ch.Text
 		c.Reasoning += ch.Message.ReasoningContent + ch.Message.Reasoning

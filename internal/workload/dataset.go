@@ -522,6 +522,20 @@ func (r *Replay) Next(ctx context.Context) (*Request, error) {
 	return req, nil
 }
 
+// Skip passes over the next record without building its prompt.
+func (r *Replay) Skip(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.next >= len(r.ds.Entries) && !(r.opt.Loop && !r.isTrace()) {
+		return io.EOF
+	}
+	r.next++
+	return nil
+}
+
 // OwnsSchedule reports whether the replay keeps a trace's timestamps.
 func (r *Replay) OwnsSchedule() bool {
 	return !r.opt.IgnoreTimestamps && len(r.ds.Entries) > 0 && r.ds.Entries[0].HasAt

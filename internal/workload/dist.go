@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -157,4 +158,87 @@ func decodeStrict(n *yaml.Node, v any) error {
 		}
 	}
 	return n.Decode(v)
+}
+
+// ParseDist reads a distribution from the command line: "N" or "fixed:N";
+// "uniform:MIN,MAX"; "normal:MEAN,STD[,MIN,MAX]"; "lognormal:MEDIAN,SIGMA[,MIN,MAX]"
+// — the same distributions as a scenario's YAML, MIN and MAX clamping
+// the draws (0: none).
+func ParseDist(spec string) (Dist, error) {
+	s := strings.TrimSpace(spec)
+	kind, args, hasKind := strings.Cut(s, ":")
+	if !hasKind {
+		kind, args = "fixed", s
+	}
+	kind = strings.ToLower(strings.TrimSpace(kind))
+	var nums []float64
+	for _, a := range strings.Split(args, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(a), 64)
+		if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			return Dist{}, fmt.Errorf("distribution %q: %q is not a number (want e.g. normal:500,100 or uniform:100,500)", spec, a)
+		}
+		nums = append(nums, v)
+	}
+	whole := func(v float64) (int, bool) { return int(v), v == math.Trunc(v) && math.Abs(v) < 1<<31 }
+	var d Dist
+	switch kind {
+	case "fixed":
+		n, ok := whole(nums[0])
+		if len(nums) != 1 || !ok {
+			return Dist{}, fmt.Errorf("distribution %q: fixed takes one whole number of tokens", spec)
+		}
+		d = FixedDist(n)
+	case "uniform":
+		lo, ok1 := whole(nums[0])
+		if len(nums) != 2 || !ok1 {
+			return Dist{}, fmt.Errorf("distribution %q: uniform takes MIN,MAX (whole numbers)", spec)
+		}
+		hi, ok2 := whole(nums[1])
+		if !ok2 {
+			return Dist{}, fmt.Errorf("distribution %q: uniform takes MIN,MAX (whole numbers)", spec)
+		}
+		d = Dist{Kind: "uniform", Min: lo, Max: hi}
+	case "normal", "lognormal":
+		if len(nums) != 2 && len(nums) != 4 {
+			return Dist{}, fmt.Errorf("distribution %q: %s takes two parameters and optionally MIN,MAX", spec, kind)
+		}
+		d = Dist{Kind: kind}
+		if kind == "normal" {
+			d.Mean, d.Std = nums[0], nums[1]
+		} else {
+			d.Median, d.Sigma = nums[0], nums[1]
+		}
+		if len(nums) == 4 {
+			lo, ok1 := whole(nums[2])
+			hi, ok2 := whole(nums[3])
+			if !ok1 || !ok2 {
+				return Dist{}, fmt.Errorf("distribution %q: MIN and MAX are whole numbers of tokens", spec)
+			}
+			d.Min, d.Max = lo, hi
+		}
+	default:
+		return Dist{}, fmt.Errorf("distribution %q: unknown kind %q (want fixed, uniform, normal or lognormal)", spec, kind)
+	}
+	if err := d.Validate("distribution " + strconv.Quote(spec)); err != nil {
+		return Dist{}, err
+	}
+	return d, nil
+}
+
+// RangeDist is vLLM's random dataset length: uniform over
+// [⌊n·(1−ratio)⌋, ⌈n·(1+ratio)⌉] (at least 1), ratio in [0, 1); ratio 0 is n
+// fixed.
+func RangeDist(n int, ratio float64) (Dist, error) {
+	if !(ratio >= 0 && ratio < 1) {
+		return Dist{}, fmt.Errorf("range ratio %v must be in [0, 1)", ratio)
+	}
+	if n < 1 {
+		return Dist{}, fmt.Errorf("length %d must be at least 1", n)
+	}
+	if ratio == 0 {
+		return FixedDist(n), nil
+	}
+	lo := max(int(math.Floor(float64(n)*(1-ratio))), 1)
+	hi := max(int(math.Ceil(float64(n)*(1+ratio))), lo)
+	return Dist{Kind: "uniform", Min: lo, Max: hi}, nil
 }

@@ -32,6 +32,10 @@ type FixedOptions struct {
 	Requests int
 	// Scenario labels the requests.
 	Scenario string
+	// PromptScale, when not 0 or 1, makes PromptTokens a length in the
+	// server's tokens, one local token making PromptScale of them (see
+	// GenOptions.PromptScale).
+	PromptScale float64
 }
 
 // Fixed yields prompts of exactly PromptTokens tokens. Safe for concurrent use.
@@ -96,7 +100,8 @@ func (f *Fixed) Next(ctx context.Context) (*Request, error) {
 	// One generator per request index: the prompt of request i does not
 	// depend on how many goroutines asked before it.
 	rng := rand.New(rand.NewPCG(uint64(f.opt.Seed), key))
-	text, ids, err := f.gen.Text(rng, f.opt.PromptTokens)
+	local := localLength(f.opt.PromptTokens, f.opt.PromptScale)
+	text, ids, err := f.gen.Text(rng, local)
 	if err != nil {
 		return nil, fmt.Errorf("fixed workload: request %d: %w", i, err)
 	}
@@ -104,7 +109,7 @@ func (f *Fixed) Next(ctx context.Context) (*Request, error) {
 		Index:        i,
 		Prompt:       text,
 		Tokens:       ids,
-		PromptTokens: len(ids),
+		PromptTokens: recordedLength(len(ids), f.opt.PromptTokens, local, f.opt.PromptScale),
 		MaxTokens:    f.opt.MaxTokens,
 		MinTokens:    f.opt.MinTokens,
 		Scenario:     f.opt.Scenario,

@@ -26,6 +26,12 @@ type GenOptions struct {
 	// own the schedule: every request carries At.
 	Arrival  ArrivalSpec
 	Schedule bool
+	// PromptScale is how many of the server's tokens one of Tokenizer's
+	// makes (0 or 1: the lengths are the tokenizer's own). Prompt and
+	// prefix lengths are then drawn in server tokens and built with
+	// round(n/PromptScale) local tokens, so that the server sees the length
+	// asked for; Request.PromptTokens carries the server-token length.
+	PromptScale float64
 }
 
 // Generated is a Source of synthetic requests. Safe for concurrent use.
@@ -57,9 +63,15 @@ func NewGenerated(opt GenOptions) (*Generated, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.PromptScale < 0 || math.IsNaN(opt.PromptScale) || math.IsInf(opt.PromptScale, 0) {
+		return nil, fmt.Errorf("prompt scale %v is not a positive number", opt.PromptScale)
+	}
 	g := &Generated{opt: opt, gen: gen}
 	if opt.Prefix != nil {
 		g.groups, err = newPrefixGroups(gen, *opt.Prefix, opt.Seed)
+		if err == nil {
+			g.groups.local = g.local
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -73,9 +85,35 @@ func NewGenerated(opt GenOptions) (*Generated, error) {
 	return g, nil
 }
 
+// local is the tokenizer's length for n server tokens.
+func (g *Generated) local(n int) int { return localLength(n, g.opt.PromptScale) }
+
+// server is a prompt's length as recorded (see recordedLength).
+func (g *Generated) server(ids, asked, local int) int {
+	return recordedLength(ids, asked, local, g.opt.PromptScale)
+}
+
 // OwnsSchedule reports whether the source sets send times (an arrival
 // process with Schedule).
 func (g *Generated) OwnsSchedule() bool { return g.sched != nil }
+
+// Skip passes over the next request without building its prompt; its
+// send time is drawn all the same, so the schedule stays in step.
+func (g *Generated) Skip(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.opt.Requests > 0 && g.next >= g.opt.Requests {
+		return io.EOF
+	}
+	g.next++
+	if g.sched != nil {
+		g.sched.next()
+	}
+	return nil
+}
 
 // Next returns the next request or io.EOF.
 func (g *Generated) Next(ctx context.Context) (*Request, error) {
@@ -97,6 +135,8 @@ func (g *Generated) Next(ctx context.Context) (*Request, error) {
 
 	rng := rand.New(rand.NewPCG(uint64(g.opt.Seed), uint64(i)^0x9e3779b97f4a7c15))
 	suffixN := g.opt.Prompt.Draw(rng)
+	serverN := suffixN
+	suffixN = g.local(suffixN)
 	out := g.opt.Output.Draw(rng)
 	r := &Request{Index: i, MaxTokens: out, Scenario: g.opt.Scenario, At: at, HasAt: g.sched != nil}
 	if g.opt.ForceOutput {
@@ -107,7 +147,7 @@ func (g *Generated) Next(ctx context.Context) (*Request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
-		r.Prompt, r.Tokens, r.PromptTokens = text, ids, len(ids)
+		r.Prompt, r.Tokens, r.PromptTokens = text, ids, g.server(len(ids), serverN, suffixN)
 		r.Messages = []Message{{Role: "user", Content: text}}
 		return r, nil
 	}
@@ -120,7 +160,7 @@ func (g *Generated) Next(ctx context.Context) (*Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("request %d: %w", i, err)
 	}
-	r.Prompt, r.Tokens, r.PromptTokens = text, ids, len(ids)
+	r.Prompt, r.Tokens, r.PromptTokens = text, ids, g.server(len(ids), serverN+p.serverN, suffixN+len(p.ids))
 	r.Group = p.name
 	r.Messages = []Message{
 		{Role: "system", Content: p.text},
@@ -135,15 +175,18 @@ type prefixGroups struct {
 	gen  *PromptGen
 	seed int64
 	cum  []float64 // cumulative popularity
+	// local converts server tokens to the tokenizer's (nil: identity).
+	local func(int) int
 
 	mu   sync.Mutex
 	docs map[int]*prefixDoc
 }
 
 type prefixDoc struct {
-	name string
-	text string
-	ids  []int
+	name    string
+	text    string
+	ids     []int
+	serverN int // length in the server's tokens (len(ids) unscaled)
 }
 
 func newPrefixGroups(gen *PromptGen, spec PrefixSpec, seed int64) (*prefixGroups, error) {
@@ -198,11 +241,19 @@ func (p *prefixGroups) get(k int) (*prefixDoc, error) {
 		return d, nil
 	}
 	rng := rand.New(rand.NewPCG(uint64(p.seed), 0x70726566_00000000|uint64(k))) // "pref"
-	text, ids, err := p.gen.Text(rng, p.spec.Tokens)
+	n := p.spec.Tokens
+	if p.local != nil {
+		n = p.local(n)
+	}
+	text, ids, err := p.gen.Text(rng, n)
 	if err != nil {
 		return nil, fmt.Errorf("prefix of group %d: %w", k, err)
 	}
-	d := &prefixDoc{name: fmt.Sprintf("g%d", k), text: text, ids: ids}
+	serverN := len(ids)
+	if p.local != nil {
+		serverN = p.spec.Tokens
+	}
+	d := &prefixDoc{name: fmt.Sprintf("g%d", k), text: text, ids: ids, serverN: serverN}
 	p.docs[k] = d
 	return d, nil
 }

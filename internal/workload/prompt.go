@@ -3,6 +3,7 @@ package workload
 import (
 	_ "embed"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -38,6 +39,20 @@ func buildWordList(tok Tokenizer) (*wordList, error) {
 		}
 		if len(tok.Encode(w)) == 1 {
 			wl.first = append(wl.first, w)
+		}
+	}
+	if len(wl.spaced) < 64 && len(wl.first) > 0 {
+		// llama.cpp's SentencePiece prepends a space to the whole text, so
+		// " word" alone is "▁▁word", two tokens, although each " word"
+		// after the first adds exactly one: judge the words by that
+		// increment instead.
+		anchor := wl.first[0]
+		base := len(tok.Encode(anchor))
+		wl.spaced = wl.spaced[:0]
+		for _, w := range strings.Fields(wordsTxt) {
+			if len(tok.Encode(anchor+" "+w)) == base+1 {
+				wl.spaced = append(wl.spaced, " "+w)
+			}
 		}
 	}
 	if len(wl.spaced) < 64 {
@@ -168,5 +183,39 @@ func (g *PromptGen) spacedWords(rng *rand.Rand, n int) []string {
 	for i := range out {
 		out[i] = g.wl.spaced[rng.IntN(len(g.wl.spaced))]
 	}
+	return out
+}
+
+// localLength is the tokenizer's length for n of the server's tokens when
+// one local token makes scale server tokens (scale 0 or 1: n itself). A
+// positive n stays at least 1.
+func localLength(n int, scale float64) int {
+	if scale <= 0 || scale == 1 || n <= 0 {
+		return n
+	}
+	return max(1, int(math.Round(float64(n)/scale)))
+}
+
+// recordedLength is the prompt length a request records: the tokenizer's
+// count ids when lengths are local, else the server-token length asked for,
+// which the text built with local tokens is expected to reach. When the
+// tokenizer merged across a boundary (ids != local) the difference is
+// scaled, so the record stays in server tokens.
+func recordedLength(ids, asked, local int, scale float64) int {
+	if scale <= 0 || scale == 1 {
+		return ids
+	}
+	return asked + int(math.Round(float64(ids-local)*scale))
+}
+
+// SpacedWords returns every word the generator draws after the first, each
+// with its leading space, shuffled by seed. Prompts draw from these words
+// uniformly, so a text of all of them has the mean token cost per word of
+// every prompt: calibrating against a server's tokenizer with it has no
+// sampling error from the choice of words.
+func (g *PromptGen) SpacedWords(seed uint64) []string {
+	out := append([]string(nil), g.wl.spaced...)
+	rng := rand.New(rand.NewPCG(seed, 0x776f726473)) // "words"
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }

@@ -90,3 +90,36 @@ type PollSource interface {
 	// when every pending request waits on a reply, or io.EOF at the end.
 	TryNext() (req *Request, ok bool, err error)
 }
+
+// Skipper is a Source that can pass over its next request without building
+// it. A shard of a sharded run walks the whole seeded sequence and keeps
+// every N-th item; skipping spares it the prompts of the others' items
+// while keeping any schedule it owns in step. Skip returns io.EOF where
+// Next would.
+type Skipper interface {
+	Source
+	Skip(ctx context.Context) error
+}
+
+// ShardedSource is a Source whose items cannot be striped one by one
+// (a session's turns depend on its replies), so it splits itself: after
+// SetShard(index, count) it yields only the share of shard index of count,
+// whole sessions at a time, the same share whichever machine runs it.
+type ShardedSource interface {
+	Source
+	SetShard(index, count int) error
+}
+
+// ShardShare is how many of n items (or workers) numbered 0..n-1 fall to
+// shard index of count when item i goes to shard i mod count: the stripes
+// of k6's execution segments, so bursts of a seeded schedule stay bursts on
+// every shard rather than being smoothed into count independent streams.
+func ShardShare(n, index, count int) int {
+	if count <= 1 {
+		return n
+	}
+	if n <= index {
+		return 0
+	}
+	return (n-index-1)/count + 1
+}

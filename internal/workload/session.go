@@ -60,6 +60,9 @@ type Sessions struct {
 	seq      int
 	nextIdx  int
 	byReq    map[*Request]*session // in-flight turns
+	// shardIdx of shardN: this source opens only sessions id mod shardN =
+	// shardIdx (SetShard); shardN 0 or 1 is the whole run.
+	shardIdx, shardN int
 }
 
 // sessionTurn is a turn ready to go. A scheduled session start has a
@@ -172,6 +175,16 @@ func (s *Sessions) startSessions() {
 	for s.started < s.opt.Sessions && (s.opt.MaxActive == 0 || s.active < s.opt.MaxActive) {
 		id := s.started
 		s.started++
+		if s.shardN > 1 && id%s.shardN != s.shardIdx {
+			// Another shard's session: its start time is drawn all the
+			// same, so this shard's sessions start when they would in
+			// the single-machine run.
+			if s.sched != nil {
+				s.sched.next()
+			}
+			s.ended++
+			continue
+		}
 		s.active++
 		ss := &session{id: id, rng: rand.New(rand.NewPCG(uint64(s.opt.Seed), 0x73657373_00000000|uint64(id)))}
 		t := &sessionTurn{s: ss}
@@ -180,6 +193,36 @@ func (s *Sessions) startSessions() {
 		}
 		s.push(t)
 	}
+}
+
+// SetShard keeps whole sessions: session id goes to shard id mod count, and
+// a concurrency bound (MaxActive) is striped the same way. It must be called
+// before the first Next.
+func (s *Sessions) SetShard(index, count int) error {
+	if count < 1 || index < 0 || index >= count {
+		return fmt.Errorf("sessions: shard %d of %d is out of range", index, count)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nextIdx > 0 {
+		return fmt.Errorf("sessions: SetShard after the first request")
+	}
+	s.shardIdx, s.shardN = index, count
+	if s.opt.MaxActive > 0 {
+		s.opt.MaxActive = max(1, ShardShare(s.opt.MaxActive, index, count))
+	}
+	// Start over: NewSessions already opened the first sessions.
+	s.ready, s.started, s.active, s.ended, s.seq = nil, 0, 0, 0, 0
+	if s.sched != nil {
+		sched, err := newSchedule(s.opt.Arrival, s.opt.Seed)
+		if err != nil {
+			return err
+		}
+		s.sched = sched
+	}
+	s.startSessions()
+	s.notify()
+	return nil
 }
 
 func (s *Sessions) notify() {

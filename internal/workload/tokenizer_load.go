@@ -7,8 +7,8 @@ import (
 )
 
 // LoadTokenizer resolves a --tokenizer value: "" or an embedded encoding name
-// (cl100k_base, o200k_base) or the path of a HuggingFace tokenizer.json.
-// Only local files are read.
+// (cl100k_base, o200k_base), the path of a HuggingFace tokenizer.json, or
+// a GGUF model file (its embedded tokenizer). Only local files are read.
 func LoadTokenizer(spec string) (Tokenizer, error) {
 	switch spec {
 	case "", "default":
@@ -26,6 +26,9 @@ func LoadTokenizer(spec string) (Tokenizer, error) {
 	if st.IsDir() {
 		// A model directory: use the tokenizer.json inside it.
 		spec = spec + string(os.PathSeparator) + "tokenizer.json"
+	}
+	if isGGUF(spec) {
+		return LoadGGUFTokenizer(spec)
 	}
 	return LoadHFTokenizer(spec)
 }

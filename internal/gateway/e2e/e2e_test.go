@@ -89,9 +89,10 @@ func stream(t *testing.T, url string, i, maxTokens int) outcome {
 
 // TestGatewayOverSimFleetWithFaults: four simulator replicas, one dead at
 // start, one answering 503, one stalling its first token, one cutting every
-// stream after 5 tokens, plus two healthy ones. Every request is answered;
-// those that reached the cutting replica end with an error event after
-// exactly 5 tokens; all others complete with every token exactly once.
+// stream after 5 tokens, plus two healthy ones. With continuation off,
+// every request is answered; those that reached the cutting replica end
+// with an error event after exactly 5 tokens; all others complete with
+// every token exactly once (continue_test.go has the continued case).
 func TestGatewayOverSimFleetWithFaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -106,7 +107,7 @@ func TestGatewayOverSimFleetWithFaults(t *testing.T) {
 	errs := startSim(t, ctx, serve.FaultConfig{ErrorRate: 1, ErrorStatus: 503})
 	stall := startSim(t, ctx, serve.FaultConfig{StallFirst: 10 * time.Second})
 	cut := startSim(t, ctx, serve.FaultConfig{CutAfter: 5})
-	cfg := gateway.Config{Policy: "round-robin"}
+	cfg := gateway.Config{Policy: "round-robin", Continuation: gateway.Continuation{Max: -1}}
 	for name, u := range map[string]string{"dead": dead, "ok1": healthy1.URL(), "ok2": healthy2.URL(), "503": errs.URL(), "stall": stall.URL(), "cut": cut.URL()} {
 		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{Name: name, URL: u, Models: []string{"m"}})
 	}

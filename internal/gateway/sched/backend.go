@@ -23,6 +23,9 @@ type BackendSpec struct {
 	PrefixBlocks int
 	// PriorTTFT is the predictors' guess before they have data (0 = 100 ms).
 	PriorTTFT time.Duration
+	// Predictor is PredictorDefault ("" too) or PredictorSwitching
+	// (switching.go).
+	Predictor string
 }
 
 // Breaker states, in the order exported as a metric value.
@@ -53,6 +56,7 @@ type Backend struct {
 	kvUsage atomic.Uint64
 
 	prefix *PrefixIndex
+	caps   *capacityModel
 	preds  *predictorSet
 
 	mu sync.Mutex
@@ -92,7 +96,8 @@ func NewBackend(spec BackendSpec) *Backend {
 	if spec.PriorTTFT <= 0 {
 		spec.PriorTTFT = 100 * time.Millisecond
 	}
-	b := &Backend{Spec: spec, prefix: NewPrefixIndex(spec.PrefixBlocks), preds: newPredictorSet(spec.PriorTTFT), attain: 1}
+	b := &Backend{Spec: spec, prefix: NewPrefixIndex(spec.PrefixBlocks), preds: newPredictorSet(spec.PriorTTFT, spec.Predictor), attain: 1}
+	b.caps = newCapacityModel(b.prefix)
 	b.healthy.Store(true)
 	return b
 }

@@ -18,7 +18,19 @@
 //	power-of-two       1×load-scorer → two-choices-picker
 //	prefix-affinity    1×prefix-scorer → max-score-picker (ties: least-load)
 //	cache-aware        1×prefix-scorer with its overload guard → max-score-picker (ties: least-load)
-//	slo-predictive     0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker (3% exploration)
+//	slo-predictive     1×prefix-scorer → slo-affinity-picker (the default: affinity, spilling on predicted SLO misses)
+//	slo-latency        0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker (3% exploration)
+//
+// The default keeps each prompt group where its prefix is cached and
+// moves a request only when that backend is predicted to miss the SLO
+// (or to be over twice as slow) while another is predicted to meet it:
+// sending every request to the predicted-fastest backend (slo-latency,
+// the default before issue 17) spread every group over every backend and
+// thrashed caches smaller than the working set on fleets that were not
+// the simulator (docs/routing-evaluation.md). The predictions price
+// uncached tokens with each backend's effective cache capacity, which
+// the gateway is not told and learns (capacityModel: one LRU index and
+// one small TTFT model per candidate capacity; the best predictor wins).
 //
 // A ProfileSpec is configuration (plugin types, weights, parameters); a
 // registry of factories (Register, one per plugin type) builds the plugins

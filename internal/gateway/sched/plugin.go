@@ -76,6 +76,7 @@ type Candidate struct {
 	// overloaded: the prefix scorer's load guard discounted its prefix.
 	overloaded bool
 	matched    int // leading prefix blocks in the backend's index
+	effective  int // of which its learnt cache capacity holds
 	uncached   int // prompt tokens not covered by them
 	meetP      float64
 	feat       Features
@@ -133,7 +134,14 @@ func (cy *Cycle) Match(c *Candidate) int {
 
 func (cy *Cycle) match(c *Candidate) {
 	c.matched = c.b.prefix.Match(cy.req.Blocks)
-	c.uncached = max(cy.req.PromptTokens-c.matched*cy.s.opts.BlockTokens, 0)
+	// What the backend is predicted to compute is bounded by the cache
+	// capacity learnt for it (capacityModel), not by the index alone.
+	eff := c.matched
+	if int(c.b.caps.active.Load()) != nCap-1 {
+		eff = min(c.b.caps.activeMatch(cy.req.Blocks), eff)
+	}
+	c.effective = eff
+	c.uncached = max(cy.req.PromptTokens-eff*cy.s.opts.BlockTokens, 0)
 	c.matchDone = true
 }
 
@@ -324,7 +332,11 @@ type profile struct {
 	scorers    []weightedScorer
 	picker     step[Picker]
 	explainers []Explainer
-	timed      bool   // the plugins have duration observers
+	timed      bool // the plugins have duration observers
+	// predictive: a plugin routes by TTFT predictions, so the backends'
+	// cache capacities are learnt (capacityModel); it costs a few
+	// microseconds per decision that other policies need not pay.
+	predictive bool
 	every      uint32 // time one decision in every
 }
 
@@ -361,6 +373,14 @@ func buildProfile(spec ProfileSpec, latency func(kind, plugin string) Observer, 
 		if ps.Weight != 0 {
 			if _, ok := pl.(Scorer); !ok {
 				return nil, fmt.Errorf("profile %s: %s: only scorers take a weight", spec.Name, ps.Type)
+			}
+		}
+		switch ps.Type {
+		case SLOAffinityPickerType, SLOPickerType, LatencyScorerType, SLOComplianceScorerType:
+			p.predictive = true
+		case PrefixScorerType:
+			if lc, _ := ps.Params.Float("learned_capacity", 0); lc != 0 {
+				p.predictive = true
 			}
 		}
 		switch x := pl.(type) {

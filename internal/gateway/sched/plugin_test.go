@@ -20,7 +20,8 @@ func TestPolicyProfiles(t *testing.T) {
 		PowerOfTwo:       filters + "1×load-scorer → two-choices-picker",
 		PrefixAffinity:   filters + "1×prefix-scorer → max-score-picker",
 		CacheAware:       filters + "1×prefix-scorer → max-score-picker",
-		SLOPredictive:    filters + "0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker",
+		SLOPredictive:    filters + "1×prefix-scorer → slo-affinity-picker",
+		SLOLatency:       filters + "0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker",
 	}
 	for _, pol := range Policies() {
 		s, err := New(Options{Policy: pol, Seed: 1}, nil)
@@ -34,10 +35,19 @@ func TestPolicyProfiles(t *testing.T) {
 			t.Errorf("%s: policy %q profile %q", pol, s.Policy(), s.Profile().Name)
 		}
 	}
-	spec, _ := PolicyProfile(SLOPredictive, Options{Explore: -1, PanicThreshold: -1})
+	for _, pol := range []string{SLOPredictive, SLOLatency} {
+		spec, _ := PolicyProfile(pol, Options{Explore: -1, PanicThreshold: -1})
+		checkDisabled(t, spec)
+	}
+}
+
+// checkDisabled: a negative Explore and PanicThreshold reach the plugins
+// as 0 and -1.
+func checkDisabled(t *testing.T, spec ProfileSpec) {
+	t.Helper()
 	for _, p := range spec.Plugins {
 		switch p.Type {
-		case SLOPickerType:
+		case SLOPickerType, SLOAffinityPickerType:
 			if p.Params["explore"] != 0.0 {
 				t.Errorf("explore disabled: params %v", p.Params)
 			}
@@ -153,7 +163,7 @@ func TestPluginLatency(t *testing.T) {
 	for _, every := range []int{1, 16} {
 		d := &durations{n: map[string]int{}}
 		clk := newClock()
-		s, err := New(Options{Policy: SLOPredictive, Now: clk.now, Seed: 1, PluginLatency: d.latency, PluginLatencyEvery: every}, backends("a", "b", "c"))
+		s, err := New(Options{Policy: SLOLatency, Now: clk.now, Seed: 1, PluginLatency: d.latency, PluginLatencyEvery: every}, backends("a", "b", "c"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +201,8 @@ func TestProfileReasons(t *testing.T) {
 		PowerOfTwo:       {ReasonLeastLoad},
 		PrefixAffinity:   {ReasonPrefixHit, ReasonPrefixMiss},
 		CacheAware:       {ReasonPrefixHit, ReasonPrefixMiss, ReasonOverloaded},
-		SLOPredictive:    {ReasonHeadroom, ReasonExplore, ReasonNoHeadroom},
+		SLOPredictive:    {ReasonPrefixHit, ReasonHeadroom, ReasonExplore, ReasonNoHeadroom},
+		SLOLatency:       {ReasonHeadroom, ReasonExplore, ReasonNoHeadroom},
 	}
 	for _, pol := range Policies() {
 		clk := newClock()

@@ -192,10 +192,17 @@ type predictorSet struct {
 	since  int // observations since the last predictor switch
 	sorted [residualWindow]float64
 	prior  float64 // seconds, used before any predictor is ready
+	// sw, when set (PredictorSwitching), replaces preds and the MAPE
+	// fallback; the residual window still turns its mean into a P95.
+	sw *switcher
 }
 
-func newPredictorSet(prior time.Duration) *predictorSet {
-	return &predictorSet{preds: [2]Predictor{NewLinearRLS(0.995), NewQueueRate(0.1)}, q95: 1.5, prior: prior.Seconds()}
+func newPredictorSet(prior time.Duration, mode string) *predictorSet {
+	s := &predictorSet{preds: [2]Predictor{NewLinearRLS(0.995), NewQueueRate(0.1)}, q95: 1.5, prior: prior.Seconds()}
+	if mode == PredictorSwitching {
+		s.sw = newSwitcher()
+	}
+	return s
 }
 
 // Prediction is a predictor's answer for one candidate.
@@ -209,6 +216,13 @@ type Prediction struct {
 func (s *predictorSet) predict(f Features) Prediction {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sw != nil {
+		mean, ready, name := s.sw.predict(f)
+		if !ready {
+			mean = s.prior
+		}
+		return Prediction{Mean: secs(mean), P95: secs(mean * max(s.q95, 1)), Predictor: name, Ready: ready}
+	}
 	i := s.active
 	mean, ready := s.preds[i].Predict(f)
 	if !ready {
@@ -233,12 +247,25 @@ func (s *predictorSet) predict(f Features) Prediction {
 	}
 }
 
-func (s *predictorSet) observe(f Features, ttft float64) {
+func (s *predictorSet) observe(f Features, ttft float64) { s.observeAt(time.Time{}, f, ttft) }
+
+// observeAt learns from a request dispatched at `at` (its arrival, which
+// the switching predictor measures traffic by) with features f.
+func (s *predictorSet) observeAt(at time.Time, f Features, ttft float64) {
 	if ttft <= 0 || math.IsNaN(ttft) || math.IsInf(ttft, 0) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sw != nil {
+		if m := s.sw.observe(at, f, ttft); m > 0 {
+			s.ratios[s.nr%residualWindow] = ttft / m
+			s.nr++
+			s.dirty++
+		}
+		s.updateQ95()
+		return
+	}
 	for i, p := range s.preds {
 		if m, ready := p.Predict(f); ready {
 			ape := math.Abs(ttft-m) / ttft
@@ -267,6 +294,12 @@ func (s *predictorSet) observe(f Features, ttft float64) {
 		s.active = o
 		s.nr, s.dirty, s.since = 0, 0, 0
 	}
+	s.updateQ95()
+}
+
+// updateQ95 refreshes the cached 95th percentile of the residual ratios
+// every 16 new ones (and at each of the first 16).
+func (s *predictorSet) updateQ95() {
 	if s.dirty >= 16 || (s.nr > 0 && s.nr < 16) {
 		s.dirty = 0
 		n := min(s.nr, residualWindow)
@@ -284,12 +317,27 @@ func (s *predictorSet) observe(f Features, ttft float64) {
 // PredictorStats is a snapshot for metrics.
 type PredictorStats struct {
 	Active string
-	MAPE   map[string]float64
+	// MAPE is each model's online error (an exponentially weighted
+	// average, what switching reads).
+	MAPE map[string]float64
+	// Switching predictor only: each model's mean error over every
+	// request it predicted (MeanAPE, over Samples requests) and over the
+	// JointN requests every model predicted (JointMAPE: the side-by-side
+	// comparison); the traffic's QPS and CoV of inter-arrival times.
+	MeanAPE, JointMAPE map[string]float64
+	Samples            map[string]int
+	JointN             int
+	QPS, CoV           float64
 }
 
 func (s *predictorSet) stats() PredictorStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sw != nil {
+		var st PredictorStats
+		s.sw.stats(&st)
+		return st
+	}
 	st := PredictorStats{Active: s.preds[s.active].Name(), MAPE: map[string]float64{}}
 	for i, p := range s.preds {
 		if s.seen[i] > 0 {

@@ -14,11 +14,15 @@ const (
 	PrefixAffinity   = "prefix-affinity"
 	CacheAware       = "cache-aware"
 	SLOPredictive    = "slo-predictive"
+	// SLOLatency is slo-predictive's profile before issue 17: every
+	// request to the best sla-weighted score (predicted attainment and
+	// latency), kept for comparison.
+	SLOLatency = "slo-latency"
 )
 
 // Policies lists every policy name.
 func Policies() []string {
-	return []string{RoundRobin, Random, LeastOutstanding, PowerOfTwo, PrefixAffinity, CacheAware, SLOPredictive}
+	return []string{RoundRobin, Random, LeastOutstanding, PowerOfTwo, PrefixAffinity, CacheAware, SLOPredictive, SLOLatency}
 }
 
 // SLA-weighted scorer weights (article §4.3).
@@ -47,7 +51,8 @@ const (
 //	power-of-two       1×load-scorer → two-choices-picker
 //	prefix-affinity    1×prefix-scorer → max-score-picker (ties: least-load)
 //	cache-aware        1×prefix-scorer (overload guard 1.5×least+2) → max-score-picker (ties: least-load)
-//	slo-predictive     0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker (explore 3%)
+//	slo-predictive     1×prefix-scorer → slo-affinity-picker (explore 3% of new groups)
+//	slo-latency        0.6×slo-compliance-scorer + 0.4×latency-scorer → slo-picker (explore 3%)
 func PolicyProfile(policy string, opts Options) (ProfileSpec, error) {
 	opts.defaults()
 	spec := ProfileSpec{Name: policy, Plugins: []PluginSpec{
@@ -76,6 +81,9 @@ func PolicyProfile(policy string, opts Options) (ProfileSpec, error) {
 		add(PluginSpec{Type: PrefixScorerType, Weight: 1, Params: Params{"overload_factor": cacheAwareOverloadFactor, "overload_slack": cacheAwareOverloadSlack}},
 			PluginSpec{Type: MaxScorePickerType, Params: Params{"tie_break": TieLeastLoad}})
 	case SLOPredictive:
+		add(PluginSpec{Type: PrefixScorerType, Weight: 1},
+			PluginSpec{Type: SLOAffinityPickerType, Params: Params{"explore": min(max(opts.Explore, 0), 1)}})
+	case SLOLatency:
 		add(PluginSpec{Type: SLOComplianceScorerType, Weight: slaWeightCompliance},
 			PluginSpec{Type: LatencyScorerType, Weight: slaWeightLatency},
 			PluginSpec{Type: SLOPickerType, Params: Params{"explore": min(max(opts.Explore, 0), 1)}})

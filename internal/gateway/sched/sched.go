@@ -72,8 +72,9 @@ type Options struct {
 	Seed uint64
 	// Explore is the share of SLO-predictive decisions that pick a random
 	// backend predicted to meet the SLO, so that every backend's estimate
-	// stays fresh (default 0.03; negative disables): the slo-picker's
-	// explore parameter.
+	// stays fresh (default 0.03; negative disables): the explore
+	// parameter of the slo-affinity-picker (which explores only with
+	// requests whose prefix is cached nowhere) and of the slo-picker.
 	Explore float64
 	// BlockTokens is the token estimate of one hashed block (default
 	// DefaultBlockBytes/4).
@@ -87,6 +88,9 @@ type Options struct {
 	// requests that would have succeeded. Default 0.5; negative disables.
 	// It is the breaker-filter's panic_threshold parameter.
 	PanicThreshold float64
+	// Shared, when not nil, hears prefix inserts and cooldown openings to
+	// share with other gateway replicas (shared.go).
+	Shared SharedObserver
 }
 
 // defaults fills in the defaults of unset options.
@@ -196,7 +200,12 @@ type Ticket struct {
 	ended    bool
 	trial    bool
 	probe    bool
-	mu       sync.Mutex
+	// capU and capWork: each cache-capacity candidate's uncached tokens
+	// and predicted work for this request (capacityModel), when caps.
+	caps    bool
+	capU    [nCap]int64
+	capWork [nCap]float64
+	mu      sync.Mutex
 }
 
 func (s *Scheduler) float() float64 {
@@ -268,7 +277,14 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	}
 	c.b.inFlight.Add(1)
 	c.b.queuedTokens.Add(t.uncached)
+	if s.profile.predictive {
+		t.caps = true
+		t.capU = c.b.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)
+		t.capWork = c.b.caps.dispatched(t.capU)
+		c.b.caps.insert(req.Blocks)
+	}
 	c.b.prefix.Insert(req.Blocks)
+	s.sharedInsert(c.b, req.Blocks)
 	return t, nil
 }
 
@@ -333,9 +349,16 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	t.first = true
 	ttft := now.Sub(t.start)
 	t.Backend.queuedTokens.Add(-t.uncached)
-	t.Backend.preds.observe(t.feat, ttft.Seconds())
+	if t.caps {
+		t.Backend.caps.firstToken(t.capU)
+		t.Backend.caps.observe(t.capWork, ttft.Seconds())
+	}
+	t.Backend.preds.observeAt(t.start, t.feat, ttft.Seconds())
 	if t.SLO > 0 {
 		t.Backend.reportSLO(now, ttft <= t.SLO, t.probe)
+		if ttft > t.SLO {
+			t.s.sharedCooldowns(t.Backend, now)
+		}
 		t.probe = false
 	}
 	return ttft
@@ -352,6 +375,9 @@ func (t *Ticket) End(o Outcome) {
 	now := t.s.opts.Now()
 	if !t.first {
 		t.Backend.queuedTokens.Add(-t.uncached)
+		if t.caps {
+			t.Backend.caps.firstToken(t.capU)
+		}
 	}
 	t.Backend.inFlight.Add(-1)
 	switch o {
@@ -359,6 +385,7 @@ func (t *Ticket) End(o Outcome) {
 		t.Backend.releaseTrial(t.trial, t.probe)
 	case OutcomeFailed:
 		t.Backend.reportOutcome(now, false, t.trial)
+		t.s.sharedCooldowns(t.Backend, now)
 		if t.probe {
 			// A probe that failed before its first token did not meet the SLO.
 			t.Backend.reportSLO(now, false, true)

@@ -46,12 +46,21 @@ func (loadScorer) Explain(*Cycle, []Candidate, int) string { return ReasonLeastL
 // With an overload guard (overload_factor > 0), a backend much busier than
 // the least busy candidate — load > factor·least + slack — scores as a
 // miss (0): a warm cache does not help behind a long queue.
+//
+// With learned_capacity, a backend is credited mainly with the blocks its
+// learnt cache capacity still holds (capacityModel), not every block the
+// index remembers sending it.
 type prefixScorer struct {
 	overloadFactor, overloadSlack float64
+	learned                       bool
 }
 
 func newPrefixScorer(ps Params) (Plugin, error) {
-	if err := ps.Only("overload_factor", "overload_slack"); err != nil {
+	if err := ps.Only("overload_factor", "overload_slack", "learned_capacity"); err != nil {
+		return nil, err
+	}
+	lc, err := ps.Float("learned_capacity", 0)
+	if err != nil {
 		return nil, err
 	}
 	f, err := ps.Float("overload_factor", 0)
@@ -62,7 +71,7 @@ func newPrefixScorer(ps Params) (Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefixScorer{overloadFactor: f, overloadSlack: s}, nil
+	return &prefixScorer{overloadFactor: f, overloadSlack: s, learned: lc != 0}, nil
 }
 
 func (*prefixScorer) Type() string { return PrefixScorerType }
@@ -84,6 +93,14 @@ func (p *prefixScorer) Score(cy *Cycle, cands []Candidate, scores []float64) {
 		c.overloaded = guard && c.matched > 0 && load(c.b) > p.overloadFactor*minLoad+p.overloadSlack
 		if c.overloaded || c.matched == 0 {
 			scores[i] = 0
+			continue
+		}
+		if p.learned {
+			// Mostly what the learnt capacity still holds; the rest of
+			// the index breaks ties, so that a prompt group whose blocks
+			// the capacity model counts as evicted everywhere still goes
+			// back to where it was last sent rather than anywhere.
+			scores[i] = (0.9*float64(c.effective) + 0.1*float64(c.matched)) / n
 			continue
 		}
 		scores[i] = float64(c.matched) / n

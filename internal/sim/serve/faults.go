@@ -16,6 +16,7 @@ import (
 //	stall-first=2s       hold the first token (and everything after it) this long
 //	stall-mid=500ms@10   pause this long after the 10th token (default: half way)
 //	cut-after=20         close the connection abruptly after 20 tokens
+//	mid-rate=0.1         the mid-stream faults (stall-mid, cut-after) hit this share of requests (default all)
 //
 // Server-wide defaults come from FaultConfig (the --fault-* flags); a header
 // item overrides its server-wide counterpart.
@@ -30,6 +31,9 @@ type FaultConfig struct {
 	StallMid      time.Duration `yaml:"stall_mid,omitempty" json:"stall_mid,omitempty"`
 	StallMidAfter int           `yaml:"stall_mid_after,omitempty" json:"stall_mid_after,omitempty"` // 0: half way
 	CutAfter      int           `yaml:"cut_after,omitempty" json:"cut_after,omitempty"`             // 0: never
+	// MidRate is the share of requests that StallMid and CutAfter hit
+	// (0: all), for a fleet whose streams fail now and then.
+	MidRate float64 `yaml:"mid_rate,omitempty" json:"mid_rate,omitempty"`
 }
 
 // ParseFaults applies a header value on top of base.
@@ -75,13 +79,18 @@ func ParseFaults(base FaultConfig, header string) (FaultConfig, error) {
 					err = fmt.Errorf("token index must be ≥ 1")
 				}
 			}
+		case "mid-rate":
+			f.MidRate, err = strconv.ParseFloat(v, 64)
+			if err == nil && (f.MidRate < 0 || f.MidRate > 1) {
+				err = fmt.Errorf("rate must be in [0, 1]")
+			}
 		case "cut-after":
 			f.CutAfter, err = strconv.Atoi(v)
 			if err == nil && f.CutAfter < 1 {
 				err = fmt.Errorf("must be ≥ 1")
 			}
 		default:
-			return f, fmt.Errorf("%s: unknown item %q (known: error, error-rate, slow-start, stall-first, stall-mid, cut-after)", FaultHeader, k)
+			return f, fmt.Errorf("%s: unknown item %q (known: error, error-rate, slow-start, stall-first, stall-mid, cut-after, mid-rate)", FaultHeader, k)
 		}
 		if err != nil {
 			return f, fmt.Errorf("%s: %s=%q: %v", FaultHeader, k, v, err)

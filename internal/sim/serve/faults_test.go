@@ -22,6 +22,8 @@ func TestParseFaults(t *testing.T) {
 		{"cut-after", FaultConfig{}, true},
 		{"stall-mid=1s@0", FaultConfig{}, true},
 		{"error-rate=2", FaultConfig{}, true},
+		{"cut-after=5,mid-rate=0.25", FaultConfig{CutAfter: 5, MidRate: 0.25}, false},
+		{"mid-rate=1.5", FaultConfig{}, true},
 	}
 	for _, tc := range tests {
 		got, err := ParseFaults(FaultConfig{}, tc.in)

@@ -146,6 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, false) })
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx },
@@ -509,7 +510,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
-	req, seq, refused := s.readRequest(r, chat)
+	req, seq, cont, refused := s.readRequest(r, chat)
 	if refused != nil {
 		writeError(w, refused.status, refused.typ, refused.msg)
 		return
@@ -536,9 +537,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, chat boo
 	case <-ctx.Done():
 		return
 	}
-	id := fmt.Sprintf("%s-%d", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], seq.ID)
+	// Not seq.ID: that is the reply's text key, the same for the same
+	// prompt (continue.go).
+	id := fmt.Sprintf("%s-%d", map[bool]string{true: "chatcmpl", false: "cmpl"}[chat], s.ids.Add(1))
 	w.Header().Set("X-Request-Id", id)
-	out := &responder{s: s, w: w, chat: chat, id: id, created: time.Now().Unix(), seq: seq, faults: faults}
+	out := &responder{s: s, w: w, chat: chat, id: id, created: time.Now().Unix(), seq: seq, faults: faults, cont: cont}
 	out.conn, _ = r.Context().Value(connKey{}).(*writeStampConn)
 	if req.Stream {
 		out.usage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -559,39 +562,65 @@ func badRequest(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: "BadRequestError", msg: msg}
 }
 
+// generateRequest is a generate request's body: the fields the wire
+// shapes read, and vLLM's chat-template flags for continuing a final
+// assistant message.
+type generateRequest struct {
+	wire.ChatCompletionRequest
+	ContinueFinalMessage bool  `json:"continue_final_message"`
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+}
+
 // readRequest reads and checks a generate request's body and makes its
-// engine sequence, refusing what vLLM refuses.
-func (s *Server) readRequest(r *http.Request, chat bool) (*wire.ChatCompletionRequest, *sim.Seq, *apiError) {
+// engine sequence, refusing what vLLM refuses. The sequence's ID is the
+// key of its reply's words (continue.go), and cont where this reply
+// starts within them.
+func (s *Server) readRequest(r *http.Request, chat bool) (*generateRequest, *sim.Seq, continuation, *apiError) {
+	var cont continuation
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
-		return nil, nil, badRequest("reading the request body: " + err.Error())
+		return nil, nil, cont, badRequest("reading the request body: " + err.Error())
 	}
-	req := new(wire.ChatCompletionRequest)
+	req := new(generateRequest)
 	if err := json.Unmarshal(body, req); err != nil {
-		return nil, nil, badRequest("invalid JSON body: " + err.Error())
+		return nil, nil, cont, badRequest("invalid JSON body: " + err.Error())
 	}
 	if !s.modelMatches(req.Model) {
-		return nil, nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+		return nil, nil, cont, &apiError{status: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
 	}
 	if req.N > 1 {
-		return nil, nil, badRequest("the simulator serves n=1 only")
+		return nil, nil, cont, badRequest("the simulator serves n=1 only")
 	}
-	text, ids, refused := s.prompt(req, chat)
+	text, ids, refused := s.prompt(&req.ChatCompletionRequest, chat)
 	if refused != nil {
-		return nil, nil, refused
+		return nil, nil, cont, refused
 	}
-	maxTok, refused := s.outputLimit(req, len(ids))
+	key, cont, ids, refused := s.replyKey(req, chat, text, ids)
 	if refused != nil {
-		return nil, nil, refused
+		return nil, nil, cont, refused
 	}
-	seq, err := sim.NewSeq(s.d, s.ids.Add(1), len(ids), maxTok, ids)
+	maxTok, refused := s.outputLimit(&req.ChatCompletionRequest, len(ids))
+	if refused != nil {
+		return nil, nil, cont, refused
+	}
+	natural := req.MaxCompletionTokens == nil && req.MaxTokens == nil
+	if natural && cont.skip > 0 {
+		// A continued answer has the rest of its natural length.
+		maxTok = max(1, maxTok-cont.skip)
+	}
+	seq, err := sim.NewSeq(s.d, key, len(ids), maxTok, ids)
 	if err != nil {
-		return nil, nil, badRequest(err.Error())
+		return nil, nil, cont, badRequest(err.Error())
 	}
 	// Without a limit the reply has its natural length, the server's
 	// default, and ends at EOS (finish_reason "stop") unless EOS is ignored.
-	seq.EOS = req.MaxCompletionTokens == nil && req.MaxTokens == nil && !req.IgnoreEOS
-	if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
+	seq.EOS = natural && !req.IgnoreEOS
+	if cont != (continuation{}) {
+		// The output chain hashes words from the reply's start (key, 0..);
+		// a continuation's are from its middle, so its output stays
+		// uncached rather than cached under the wrong tokens.
+		seq.ChainOutput(s.d, ids, nil)
+	} else if s.d.Config.EnablePrefixCaching && (chat || s.cfg.Tokenizer != nil) {
 		// The reply's blocks are hashed as the next turn's prompt will
 		// carry them: a chat prompt joins messages with "\n", so the reply
 		// follows this prompt and a newline; a completion's continues it.
@@ -601,7 +630,7 @@ func (s *Server) readRequest(r *http.Request, chat bool) (*wire.ChatCompletionRe
 		}
 		seq.ChainOutput(s.d, base, s.words)
 	}
-	return req, seq, nil
+	return req, seq, cont, nil
 }
 
 // prompt is a request's prompt text (a chat's message contents joined by
@@ -670,7 +699,8 @@ type responder struct {
 	created int64
 	seq     *sim.Seq
 	faults  FaultConfig
-	prefix  []byte // chunk JSON up to the text
+	cont    continuation // where the reply starts within its prompt's (continue.go)
+	prefix  []byte       // chunk JSON up to the text
 	buf     []byte
 	conn    *writeStampConn // nil if the listener did not wrap it
 }
@@ -762,6 +792,9 @@ func (o *responder) stream(ctx context.Context, st *stream) {
 	if stallMidAt == 0 {
 		stallMidAt = max(1, o.seq.MaxTokens/2)
 	}
+	if r := o.faults.MidRate; r > 0 && r < 1 && !o.s.pickFault(FaultConfig{ErrorRate: r}) {
+		o.faults.StallMid, o.faults.CutAfter = 0, 0 // this request is spared
+	}
 	for {
 		if !o.wait(ctx, st) {
 			return
@@ -785,7 +818,7 @@ func (o *responder) stream(ctx context.Context, st *stream) {
 				// Speculative decoding: the step's tokens share one chunk.
 				var sb strings.Builder
 				for j := ev.out - ev.n; j < ev.out; j++ {
-					sb.WriteString(sim.OutputWord(o.seq.ID, j))
+					sb.WriteString(o.word(j))
 				}
 				reason := ""
 				if ev.finished {
@@ -798,7 +831,7 @@ func (o *responder) stream(ctx context.Context, st *stream) {
 					if ev.finished && i == ev.out-1 {
 						reason = ev.reason
 					}
-					b = o.appendChunk(b, sim.OutputWord(o.seq.ID, i), false, reason)
+					b = o.appendChunk(b, o.word(i), false, reason)
 				}
 			}
 			prev := sent
@@ -919,7 +952,7 @@ func (o *responder) whole(ctx context.Context, st *stream) {
 		if c := o.faults.CutAfter; c > 0 {
 			panic(http.ErrAbortHandler)
 		}
-		text := sim.OutputText(o.seq.ID, ev.out)
+		text := o.text(ev.out)
 		// vLLM's answer, from maps (keys in sorted order): not a wire type.
 		var choice map[string]any
 		obj := "text_completion"

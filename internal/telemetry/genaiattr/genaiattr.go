@@ -12,6 +12,8 @@ const (
 	AttrRequestModel        = attribute.Key("gen_ai.request.model")
 	AttrRequestMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
 	AttrRequestStream       = attribute.Key("gen_ai.request.stream")
+	AttrRequestTemperature  = attribute.Key("gen_ai.request.temperature")
+	AttrTokenType           = attribute.Key("gen_ai.token.type") // metrics: "input" | "output"
 	AttrResponseModel       = attribute.Key("gen_ai.response.model")
 	AttrResponseID          = attribute.Key("gen_ai.response.id")
 	AttrResponseFinish      = attribute.Key("gen_ai.response.finish_reasons")
@@ -23,6 +25,14 @@ const (
 	AttrServerAddress       = attribute.Key("server.address")
 	AttrServerPort          = attribute.Key("server.port")
 	AttrHTTPStatus          = attribute.Key("http.response.status_code")
+	AttrHTTPMethod          = attribute.Key("http.request.method")
+	AttrURLPath             = attribute.Key("url.path")
+	AttrURLScheme           = attribute.Key("url.scheme")
+	AttrURLFull             = attribute.Key("url.full")
+	AttrHTTPRoute           = attribute.Key("http.route")
+	AttrClientAddress       = attribute.Key("client.address")
+	AttrNetworkProtocolVer  = attribute.Key("network.protocol.version")
+	AttrUserAgent           = attribute.Key("user_agent.original")
 )
 
 // ttft's own attributes, namespaced so they never collide with semconv.
@@ -36,12 +46,19 @@ const (
 	AttrTurn        = attribute.Key("ttft.turn")
 	AttrWarmup      = attribute.Key("ttft.warmup")
 	AttrBackend     = attribute.Key("ttft.backend")
-	AttrITLMeanSec  = attribute.Key("ttft.itl.mean")
-	AttrTPOTSec     = attribute.Key("ttft.tpot")
-	AttrE2ESec      = attribute.Key("ttft.e2e")
-	AttrTTFBSec     = attribute.Key("ttft.ttfb")
-	AttrQueueSec    = attribute.Key("ttft.server.queue")
-	AttrPrefillSec  = attribute.Key("ttft.server.prefill")
+	// AttrRecordID is ttft's own id of a request (its record's id, sent as
+	// X-Request-Id); gen_ai.response.id is the server's.
+	AttrRecordID = attribute.Key("ttft.request.id")
+	// AttrErrorClass is ttft's error class; error.type follows the
+	// conventions (the status code for an HTTP error).
+	AttrErrorClass = attribute.Key("ttft.error.class")
+	AttrAttempt    = attribute.Key("ttft.attempt")
+	AttrITLMeanSec = attribute.Key("ttft.itl.mean")
+	AttrTPOTSec    = attribute.Key("ttft.tpot")
+	AttrE2ESec     = attribute.Key("ttft.e2e")
+	AttrTTFBSec    = attribute.Key("ttft.ttfb")
+	AttrQueueSec   = attribute.Key("ttft.server.queue")
+	AttrPrefillSec = attribute.Key("ttft.server.prefill")
 )
 
 // EventFirstToken is the span event added at the first token's timestamp.

@@ -60,7 +60,13 @@ func startGateway(t *testing.T, ctx context.Context, tp trace.TracerProvider, ba
 	if err != nil {
 		t.Fatalf("gateway config: %v", err)
 	}
-	g, err := gateway.New(*cfg, gateway.Options{TracerProvider: tp, Seed: 1})
+	return startGatewayWith(t, ctx, cfg, gateway.Options{TracerProvider: tp, Seed: 1})
+}
+
+// startGatewayWith serves a gateway of cfg and opts on a loopback port.
+func startGatewayWith(t *testing.T, ctx context.Context, cfg *gateway.Config, opts gateway.Options) string {
+	t.Helper()
+	g, err := gateway.New(*cfg, opts)
 	if err != nil {
 		t.Fatalf("starting the gateway: %v", err)
 	}

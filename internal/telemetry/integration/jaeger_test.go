@@ -4,17 +4,22 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ttft-dev/ttft/internal/bench"
+	"github.com/ttft-dev/ttft/internal/gateway"
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/sim/serve"
 	"github.com/ttft-dev/ttft/internal/telemetry"
+	"github.com/ttft-dev/ttft/internal/telemetry/genaiattr"
 	"github.com/ttft-dev/ttft/internal/testutil"
 )
 
@@ -28,6 +33,9 @@ const jaegerConfig = `service:
       receivers: [otlp]
       processors: [batch]
       exporters: [jaeger_storage_exporter]
+    metrics:
+      receivers: [otlp]
+      exporters: [prometheus]
   telemetry:
     metrics:
       level: none
@@ -61,6 +69,8 @@ processors:
 exporters:
   jaeger_storage_exporter:
     trace_storage: mem
+  prometheus:
+    endpoint: %q
 `
 
 type jaegerSpan struct {
@@ -141,13 +151,13 @@ func TestTracesReachJaeger(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var otlp, query string
+	var otlp, query, promExp string
 	dir := t.TempDir()
 	startRetrying(t, 90*time.Second, func() (*process, string) {
 		var queryHTTP, queryGRPC, health string
-		otlp, queryHTTP, queryGRPC, health = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+		otlp, queryHTTP, queryGRPC, health, promExp = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 		cfg := filepath.Join(dir, "jaeger.yaml")
-		if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, health, queryHTTP, queryGRPC, otlp), 0o644); err != nil {
+		if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, health, queryHTTP, queryGRPC, otlp, promExp), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		query = "http://" + queryHTTP
@@ -171,14 +181,33 @@ func TestTracesReachJaeger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	probeTP, probeStop, err := telemetry.SetupTracing(ctx, env("ttft-probe-it"), "ttft-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GenAI metrics over OTLP on the same endpoint variable: bench's
+	// client metrics and the gateway's server metrics.
+	benchMetrics, benchMetricsStop, _, err := telemetry.StartClientMetrics(ctx, env("ttft-bench-it"), "ttft-bench", "")
+	if err != nil || benchMetrics == nil {
+		t.Fatalf("client metrics not set up (%v) from OTEL_EXPORTER_OTLP_ENDPOINT", err)
+	}
+	gwMP, gwMetricsStop, err := telemetry.SetupMetrics(ctx, env("ttft-gateway-it"), "ttft-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	s := startSim(t, ctx)
-	gw := startGateway(t, ctx, gwTP, "sim="+s.URL())
+	gwCfg, err := gateway.FromBackendURLs([]string{"sim=" + s.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := startGatewayWith(t, ctx, gwCfg, gateway.Options{TracerProvider: gwTP, MeterProvider: gwMP, Seed: 1})
 	model := s.ModelName()
+	simPort := urlPort(t, s.URL())
 
 	// Traced: bench's spans, with traceparent injected by the transport.
 	client := &http.Client{Transport: telemetry.Transport(bench.NewTransport(4))}
-	recs := runBench(t, ctx, gw, model, 10, 2, client, telemetry.NewTraceObserver(benchTP, "", "", gw, 0))
+	recs := runBench(t, ctx, gw, model, 10, 2, client, telemetry.NewTraceObserver(benchTP, "", "", gw, 0), benchMetrics)
 
 	// Untraced, healthy: dropped by the gateway's base ratio of 0.
 	// Untraced, failing (unknown model): kept by the tail processor.
@@ -205,7 +234,47 @@ func TestTracesReachJaeger(t *testing.T) {
 		t.Fatalf("request to a dead backend answered %d, want a 5xx", code)
 	}
 
-	for _, stop := range []func(context.Context) error{benchStop, gwStop} {
+	// Retries: a gateway over a backend that answers every completion 503
+	// and a healthy one, in turn (round-robin), so that some requests are
+	// retried. Each is sent in a sampled trace of its own, and the
+	// gateway's X-Ttft-Attempts answer says how many backends it tried.
+	failCfg := serve.DefaultConfig()
+	failCfg.Addr = "127.0.0.1:0"
+	failCfg.Faults = serve.FaultConfig{ErrorRate: 1, ErrorStatus: 503}
+	failing, err := serve.Start(ctx, failCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer failing.Close()
+	good := startSim(t, ctx)
+	retryCfg, err := gateway.FromBackendURLs([]string{"failing=" + failing.URL(), "good=" + good.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retryCfg.Policy, retryCfg.Retry.Budget = sched.RoundRobin, 1
+	retryGW := startGatewayWith(t, ctx, retryCfg, gateway.Options{TracerProvider: gwTP, Seed: 1})
+	attemptsOf := map[string]int{} // trace ID → the gateway's attempts
+	for i := range 4 {
+		pctx, span := probeTP.Tracer("it").Start(ctx, "probe")
+		body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":4,"messages":[{"role":"user","content":"retry %d"}]}`, good.ModelName(), i)
+		req, _ := http.NewRequestWithContext(pctx, http.MethodPost, retryGW+"/v1/chat/completions", bytes.NewBufferString(body))
+		telemetry.InjectHeaders(pctx, req.Header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sink bytes.Buffer
+		sink.ReadFrom(resp.Body)
+		resp.Body.Close()
+		span.End()
+		n, _ := strconv.Atoi(resp.Header.Get(gateway.HeaderAttempts))
+		if resp.StatusCode != http.StatusOK || n < 1 {
+			t.Fatalf("retry probe %d: HTTP %d after %q attempts, want 200", i, resp.StatusCode, resp.Header.Get(gateway.HeaderAttempts))
+		}
+		attemptsOf[span.SpanContext().TraceID().String()] = n
+	}
+
+	for _, stop := range []func(context.Context) error{benchStop, gwStop, probeStop, benchMetricsStop, gwMetricsStop} {
 		if err := stop(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -228,18 +297,55 @@ func TestTracesReachJaeger(t *testing.T) {
 	wantName := "chat " + model
 	for _, tr := range benchTraces {
 		var benchSpan, gwSpan *jaegerSpan
+		var gwClients []*jaegerSpan
 		for i := range tr.Spans {
 			sp := &tr.Spans[i]
 			switch tr.Processes[sp.ProcessID].ServiceName {
 			case "ttft-bench-it":
 				benchSpan = sp
 			case "ttft-gateway-it":
-				gwSpan = sp
+				if sp.tag("span.kind") == "client" {
+					gwClients = append(gwClients, sp)
+				} else {
+					gwSpan = sp
+				}
 			}
 		}
 		if benchSpan == nil || gwSpan == nil {
 			t.Errorf("trace %s: bench span %v, gateway span %v; want both", tr.TraceID, benchSpan != nil, gwSpan != nil)
 			continue
+		}
+		// The GenAI values are the server's: its completion id and model,
+		// the temperature sent, ttft's own id apart.
+		if id, _ := benchSpan.tag("gen_ai.response.id").(string); !strings.HasPrefix(id, "chatcmpl-") {
+			t.Errorf("trace %s: gen_ai.response.id %q, want the simulator's chatcmpl-… id", tr.TraceID, id)
+		}
+		if id, _ := benchSpan.tag("ttft.request.id").(string); !strings.HasPrefix(id, "it-") {
+			t.Errorf("trace %s: ttft.request.id %q, want the run's record id", tr.TraceID, id)
+		}
+		if temp, ok := benchSpan.tag("gen_ai.request.temperature").(float64); !ok || temp != 0 {
+			t.Errorf("trace %s: gen_ai.request.temperature %v, want 0 (sent)", tr.TraceID, benchSpan.tag("gen_ai.request.temperature"))
+		}
+		// The gateway: a SERVER span with the HTTP server attributes and
+		// one CLIENT child for its one attempt, naming the backend.
+		for k, want := range map[string]any{"http.request.method": "POST", "url.path": "/v1/chat/completions",
+			"http.response.status_code": float64(200), "server.address": "127.0.0.1", "url.scheme": "http"} {
+			if got := gwSpan.tag(k); got != want {
+				t.Errorf("trace %s: gateway SERVER span %s = %v, want %v", tr.TraceID, k, got, want)
+			}
+		}
+		if len(gwClients) != 1 {
+			t.Errorf("trace %s: %d gateway CLIENT spans, want 1 (one attempt)", tr.TraceID, len(gwClients))
+		} else {
+			c := gwClients[0]
+			if !childOf(c, gwSpan) || c.tag("server.port") != float64(simPort) || c.tag("server.address") != "127.0.0.1" ||
+				c.tag("http.response.status_code") != float64(200) || c.tag("gen_ai.usage.output_tokens") != float64(12) {
+				t.Errorf("trace %s: gateway CLIENT span: child of SERVER %v, server %v:%v (want port %d), status %v, output tokens %v",
+					tr.TraceID, childOf(c, gwSpan), c.tag("server.address"), c.tag("server.port"), simPort, c.tag("http.response.status_code"), c.tag("gen_ai.usage.output_tokens"))
+			}
+			if in, _ := c.tag("gen_ai.usage.input_tokens").(float64); in <= 0 {
+				t.Errorf("trace %s: gateway CLIENT span input tokens %v", tr.TraceID, c.tag("gen_ai.usage.input_tokens"))
+			}
 		}
 		if benchSpan.OperationName != wantName || gwSpan.OperationName != wantName {
 			t.Errorf("trace %s: span names %q / %q, want %q", tr.TraceID, benchSpan.OperationName, gwSpan.OperationName, wantName)
@@ -274,11 +380,32 @@ func TestTracesReachJaeger(t *testing.T) {
 		}
 	}
 
-	// Gateway-only traces: exactly the failed request, kept by the tail rule.
+	// Gateway-only traces: exactly the failed request, kept by the tail rule
+	// (its SERVER span; its one CLIENT span, the refused connection, with it).
 	var alone []jaegerSpan
 	for _, tr := range gwTraces {
-		if len(tr.Spans) == 1 {
-			alone = append(alone, tr.Spans[0])
+		if _, probe := attemptsOf[tr.TraceID]; probe {
+			continue
+		}
+		var server, clients []jaegerSpan
+		foreign := false
+		for _, sp := range tr.Spans {
+			switch {
+			case tr.Processes[sp.ProcessID].ServiceName != "ttft-gateway-it":
+				foreign = true
+			case sp.tag("span.kind") == "client":
+				clients = append(clients, sp)
+			default:
+				server = append(server, sp)
+			}
+		}
+		if foreign {
+			continue
+		}
+		alone = append(alone, server...)
+		if len(server) == 1 && (len(clients) != 1 || clients[0].tag("error") != true || clients[0].tag("error.type") != "connect") {
+			t.Errorf("failed request's trace: %d CLIENT spans (error %v, error.type %v), want one failed to connect",
+				len(clients), len(clients) > 0 && clients[0].tag("error") == true, firstTag(clients, "error.type"))
 		}
 	}
 	if len(alone) != 1 {
@@ -291,4 +418,106 @@ func TestTracesReachJaeger(t *testing.T) {
 	if alone[0].tag("error") != true || alone[0].OperationName != "chat dead-model" {
 		t.Errorf("kept gateway-only span %q error=%v, want the failed request's", alone[0].OperationName, alone[0].tag("error"))
 	}
+	if et := alone[0].tag("error.type"); et != "502" && et != "503" && et != "504" {
+		t.Errorf("failed request's SERVER span error.type %v, want its 5xx status code", et)
+	}
+
+	checkRetryTraces(t, query, attemptsOf, urlPort(t, failing.URL()), urlPort(t, good.URL()))
+	checkGenAIMetrics(t, "http://"+promExp+"/metrics", len(recs), 12)
+}
+
+// checkRetryTraces: each probe's trace holds the gateway's SERVER span and
+// one CLIENT child per attempt the gateway reported; a retried request's
+// first attempt is the failing backend's 503 and its last the healthy
+// backend's 200. At least one probe must have been retried.
+func checkRetryTraces(t *testing.T, query string, attemptsOf map[string]int, failPort, goodPort int) {
+	t.Helper()
+	traces := map[string]jaegerTrace{}
+	for range 60 {
+		for _, tr := range jaegerTraces(t, query, "ttft-probe-it") {
+			traces[tr.TraceID] = tr
+		}
+		if len(traces) >= len(attemptsOf) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	retried := 0
+	for id, attempts := range attemptsOf {
+		tr, ok := traces[id]
+		if !ok {
+			t.Errorf("probe trace %s not in Jaeger", id)
+			continue
+		}
+		var server *jaegerSpan
+		var clients []*jaegerSpan
+		for i := range tr.Spans {
+			sp := &tr.Spans[i]
+			if tr.Processes[sp.ProcessID].ServiceName != "ttft-gateway-it" {
+				continue
+			}
+			if sp.tag("span.kind") == "server" {
+				server = sp
+			} else if sp.tag("span.kind") == "client" {
+				clients = append(clients, sp)
+			}
+		}
+		if server == nil || len(clients) != attempts {
+			t.Errorf("probe trace %s: SERVER span %v, %d CLIENT spans; want one and %d (the gateway's attempts)", id, server != nil, len(clients), attempts)
+			continue
+		}
+		slices.SortFunc(clients, func(a, b *jaegerSpan) int {
+			return int(a.tag("ttft.attempt").(float64) - b.tag("ttft.attempt").(float64))
+		})
+		for i, c := range clients {
+			last := i == len(clients)-1
+			wantPort, wantStatus := failPort, float64(503)
+			if last {
+				wantPort, wantStatus = goodPort, 200
+			}
+			if !childOf(c, server) || c.tag("server.port") != float64(wantPort) || c.tag("http.response.status_code") != wantStatus {
+				t.Errorf("probe trace %s attempt %d/%d: child of SERVER %v, port %v (want %d), status %v (want %v)",
+					id, i+1, attempts, childOf(c, server), c.tag("server.port"), wantPort, c.tag("http.response.status_code"), wantStatus)
+			}
+			if !last && (c.tag("error.type") != "503" || c.tag("error") != true) {
+				t.Errorf("probe trace %s attempt %d: error.type %v error %v, want 503 and an error status", id, i+1, c.tag("error.type"), c.tag("error"))
+			}
+		}
+		if attempts > 1 {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Errorf("no probe was retried (attempts %v): the test did not exercise retries", attemptsOf)
+	}
+	t.Logf("%d of %d probes retried; each trace shows one CLIENT span per attempt", retried, len(attemptsOf))
+}
+
+func childOf(child, parent *jaegerSpan) bool {
+	for _, r := range child.References {
+		if r.RefType == "CHILD_OF" && r.SpanID == parent.SpanID && r.TraceID == parent.TraceID {
+			return true
+		}
+	}
+	return false
+}
+
+func firstTag(spans []jaegerSpan, k string) any {
+	if len(spans) == 0 {
+		return nil
+	}
+	return spans[0].tag(k)
+}
+
+func urlPort(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatalf("no port in %q", raw)
+	}
+	return p
 }

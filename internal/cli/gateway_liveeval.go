@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ttft-dev/ttft/internal/gateway"
+	"github.com/ttft-dev/ttft/internal/gateway/liveeval"
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// newGatewayLiveEvalCmd is "ttft gateway live-eval": every policy on live
+// fleets (stand-in backends and the simulator's replicas) through the real
+// gateway, measured by bench's runner (package liveeval).
+func newGatewayLiveEvalCmd(env *Env) *cobra.Command {
+	var (
+		fleets, policies []string
+		seeds            int
+		requests         int
+		verbose          bool
+		admission        bool
+		predictor        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "live-eval",
+		Short: "Compare scheduling policies live: the gateway over HTTP in front of stand-in and simulated fleets",
+		Long: `Starts each fleet (stand-in backends with their own latency model, or the
+simulator's live replicas) and a gateway running each policy in front of it on
+loopback ports, sends the same seeded shared-prefix workload through it with
+ttft bench's runner, and prints per fleet and policy the medians across seeds
+of mean/P95/P99 TTFT, P99's range, SLO attainment and goodput, then whether
+the default policy meets its targets (P99 within 10% of the best
+single-signal policy, at most 1/3 of round-robin's).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			all := liveeval.Fleets()
+			opt := liveeval.Options{Policies: sched.Policies()}
+			switch {
+			case admission && predictor:
+				return usageErr("live-eval: --admission and --predictor are separate evaluations")
+			case admission:
+				all = liveeval.AdmissionFleets()
+				opt.Policies = liveeval.AdmissionPolicies()
+			case predictor:
+				all = liveeval.PredictorFleets()
+				opt.Policies = liveeval.PredictorPolicies()
+			}
+			if len(policies) > 0 {
+				for _, p := range policies {
+					pol, adm, _ := liveeval.SplitPolicy(p)
+					if !slices.Contains(sched.Policies(), pol) {
+						return usageErr("live-eval: --policies: unknown policy %q (want %s)", p, strings.Join(sched.Policies(), ", "))
+					}
+					if !slices.Contains([]string{gateway.AdmitBestEffort, gateway.AdmitReject, gateway.AdmitDegrade}, adm) {
+						return usageErr("live-eval: --policies: unknown admission in %q (want POLICY, POLICY+reject, POLICY+degrade, each optionally +switching)", p)
+					}
+				}
+				opt.Policies = policies
+			}
+			for _, f := range all {
+				if len(fleets) == 0 || slices.Contains(fleets, f.Name) {
+					if requests > 0 {
+						f.Workload.Requests = requests
+					}
+					opt.Fleets = append(opt.Fleets, f)
+				}
+			}
+			var names []string
+			for _, f := range all {
+				names = append(names, f.Name)
+			}
+			for _, n := range fleets {
+				if !slices.Contains(names, n) {
+					return usageErr("live-eval: --fleets: unknown fleet %q (want %s)", n, strings.Join(names, ", "))
+				}
+			}
+			if seeds < 1 {
+				return usageErr("live-eval: --seeds must be at least 1")
+			}
+			for i := range seeds {
+				opt.Seeds = append(opt.Seeds, uint64(i+1))
+			}
+			if verbose {
+				opt.Progress = func(r liveeval.Result) {
+					fmt.Fprintf(env.Stderr, "%s %s seed %d: P99 %.1f ms, mean %.1f ms, attain %.1f%% (admitted %.1f%%, %d rejected), hit %.0f%%, %d failed (%.1fs)\n",
+						r.Fleet, r.Policy, r.Seed, r.P99.Seconds()*1000, r.Mean.Seconds()*1000, 100*r.Attainment, 100*r.AdmittedAttainment, r.Rejected,
+						100*r.HitRate, r.Failed, r.Wall.Seconds())
+				}
+			}
+			rs, err := liveeval.Run(cmd.Context(), opt)
+			if err != nil {
+				return failErr("live-eval: %v", err)
+			}
+			sums := liveeval.Summarize(rs)
+			if admission {
+				liveeval.FormatAdmission(env.Stdout, sums)
+				return nil
+			}
+			liveeval.Format(env.Stdout, sums)
+			fmt.Fprintln(env.Stdout)
+			if predictor {
+				liveeval.FormatMAPE(env.Stdout, rs)
+				return nil
+			}
+			liveeval.FormatVerdicts(env.Stdout, liveeval.Check(sums, opt.Fleets, sched.SLOPredictive), sched.SLOPredictive)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&fleets, "fleets", nil, "fleets to run (default all: "+strings.Join(liveeval.FleetNames(), ", ")+")")
+	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
+	f.IntVar(&seeds, "seeds", 5, "seeds per fleet and policy (1..N)")
+	f.IntVar(&requests, "requests", 0, "scored requests per run (default: the fleet's)")
+	f.BoolVar(&admission, "admission", false, "compare admission under overload instead (fleet overload; round-robin and the default, best-effort, +reject, +degrade)")
+	f.BoolVar(&predictor, "predictor", false, "compare the default TTFT predictor with the switching one (linear / gradient-boosted trees) on volatile fleets: MAPE side by side and routing")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print each run's result on stderr as it finishes")
+	return cmd
+}

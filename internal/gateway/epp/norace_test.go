@@ -1,0 +1,5 @@
+//go:build !race
+
+package epp
+
+const raceEnabled = false

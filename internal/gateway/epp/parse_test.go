@@ -1,0 +1,268 @@
+package epp
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+func TestParseBody(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		want       llmRequest
+		err        bool
+	}{
+		{"empty", ``, llmRequest{}, false},
+		{"openai chat", `{"model":"m","stream":true,"max_tokens":7,"messages":[{"role":"system","content":"S"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+			llmRequest{Model: "m", Stream: true, MaxTokens: 7, Messages: []msgText{{"system", "S"}, {"user", "ab"}}}, false},
+		{"max_completion_tokens", `{"model":"m","max_completion_tokens":9}`, llmRequest{Model: "m", MaxTokens: 9}, false},
+		{"anthropic", `{"model":"c","max_tokens":5,"system":[{"type":"text","text":"sys"}],"messages":[{"role":"user","content":"hi"}]}`,
+			llmRequest{Model: "c", MaxTokens: 5, System: "sys", Messages: []msgText{{"user", "hi"}}}, false},
+		{"completions string", `{"model":"m","prompt":"once"}`, llmRequest{Model: "m", Prompt: "once"}, false},
+		{"completions strings", `{"model":"m","prompt":["a","b"]}`, llmRequest{Model: "m", Prompt: "ab"}, false},
+		{"not json", `{"model":`, llmRequest{}, true},
+		{"wrong type", `{"model":3}`, llmRequest{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := parseBody([]byte(c.body))
+			if (err != nil) != c.err {
+				t.Fatalf("error %v, want error %v", err, c.err)
+			}
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(c.want)
+			if !c.err && string(gj) != string(wj) {
+				t.Errorf("got %s\nwant %s", gj, wj)
+			}
+		})
+	}
+}
+
+// The picker and the gateway must hash an OpenAI request and the same
+// prompt as an Anthropic request alike, so that prefix affinity survives
+// a client's choice of API.
+func TestHashAgreesAcrossAPIs(t *testing.T) {
+	sys := strings.Repeat("shared system prompt ", 50)
+	oa, _ := parseBody([]byte(`{"model":"m","messages":[{"role":"system","content":"` + sys + `"},{"role":"user","content":"q"}]}`))
+	an, _ := parseBody([]byte(`{"model":"m","system":"` + sys + `","messages":[{"role":"user","content":"q"}]}`))
+	h1, h2 := sched.NewBlockHasher(0), sched.NewBlockHasher(0)
+	oa.hash(h1)
+	an.hash(h2)
+	if len(h1.Hashes()) == 0 || len(h1.Hashes()) != len(h2.Hashes()) || h1.Hashes()[0] != h2.Hashes()[0] {
+		t.Errorf("hashes differ: %d vs %d blocks", len(h1.Hashes()), len(h2.Hashes()))
+	}
+}
+
+func FuzzParseBody(f *testing.F) {
+	for _, s := range []string{``, `{"model":"m","messages":[{"role":"user","content":"x"}]}`, `{"prompt":["a"]}`, `{"system":[{"text":"s"}]}`, `[]`, `{"messages":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"MODEL":"m","max_tokens":3,"max_completion_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9"}]},{"content":null}]}`))
+	f.Add([]byte(`{"model":"m","model":"n"}`))
+	f.Add([]byte(`{"max_tokens":1.5}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// The one-pass scanner never disagrees with encoding/json.
+		if len(b) > 0 {
+			ref, rerr := parseBodyJSON(b)
+			if fast, ok := scanBody(b); ok {
+				fj, _ := json.Marshal(fast)
+				rj, _ := json.Marshal(ref)
+				if rerr != nil || string(fj) != string(rj) {
+					t.Fatalf("scanner %s, encoding/json %s (%v) for %q", fj, rj, rerr, b)
+				}
+			}
+		}
+		r, err := parseBody(b)
+		if err != nil {
+			return
+		}
+		// Whatever parsed must hash without panicking, and a body that
+		// parses is valid JSON (or empty).
+		h := sched.NewBlockHasher(0)
+		r.hash(h)
+		if len(b) > 0 && !json.Valid(b) {
+			t.Fatalf("parsed invalid JSON %q", b)
+		}
+	})
+}
+
+func TestResolveSLO(t *testing.T) {
+	hm := func(kv ...string) *corev3.HeaderMap {
+		m := &corev3.HeaderMap{}
+		for i := 0; i < len(kv); i += 2 {
+			m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+		}
+		return m
+	}
+	chat, _ := sched.ClassSLO("chat")
+	code, _ := sched.ClassSLO("code")
+	for _, c := range []struct {
+		name      string
+		h         *corev3.HeaderMap
+		def       string
+		want      time.Duration
+		wantClass string
+		err       bool
+	}{
+		{"none", hm(), "", 0, "none", false},
+		{"default class", hm(), "code", code, "code", false},
+		{"class header", hm("x-slo-class", "Chat"), "code", chat, "chat", false},
+		{"ms header", hm("x-ttft-slo-ms", "250"), "", 250 * time.Millisecond, "custom", false},
+		{"ms with class", hm("X-Ttft-Slo-Ms", "90", "x-slo-class", "code"), "", 90 * time.Millisecond, "code", false},
+		{"value field", &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-slo-class", Value: "chat"}}}, "", chat, "chat", false},
+		{"bad ms", hm("x-ttft-slo-ms", "-1"), "", 0, "", true},
+		{"NaN ms", hm("x-ttft-slo-ms", "NaN"), "", 0, "", true},
+		{"bad class", hm("x-slo-class", "gold"), "", 0, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, class, err := resolveSLO(c.h, c.def)
+			if (err != nil) != c.err || d != c.want || (!c.err && class != c.wantClass) {
+				t.Errorf("got %v %q %v; want %v %q error %v", d, class, err, c.want, c.wantClass, c.err)
+			}
+		})
+	}
+}
+
+func TestSubsetHintDecoding(t *testing.T) {
+	md := func(v *structpb.Value) *corev3.Metadata { return lbMetadata(SubsetNamespace, SubsetKey, v) }
+	list := func(ss ...string) *structpb.Value {
+		vs := make([]*structpb.Value, len(ss))
+		for i, s := range ss {
+			vs[i] = structpb.NewStringValue(s)
+		}
+		return structpb.NewListValue(&structpb.ListValue{Values: vs})
+	}
+	for _, c := range []struct {
+		name    string
+		md      *corev3.Metadata
+		want    []string
+		present bool
+	}{
+		{"absent", nil, nil, false},
+		{"other namespace", lbMetadata("envoy.lb", SubsetKey, list("1.2.3.4:80")), nil, false},
+		{"list", md(list("1.2.3.4:80", "5.6.7.8:80")), []string{"1.2.3.4:80", "5.6.7.8:80"}, true},
+		{"comma string", md(structpb.NewStringValue("1.2.3.4:80, 5.6.7.8:80")), []string{"1.2.3.4:80", "5.6.7.8:80"}, true},
+		{"empty list", md(list()), nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := subsetHint(c.md, SubsetNamespace, SubsetKey)
+			if ok != c.present || strings.Join(got, "|") != strings.Join(c.want, "|") {
+				t.Errorf("got %v %v, want %v %v", got, ok, c.want, c.present)
+			}
+		})
+	}
+}
+
+func TestStreamScanner(t *testing.T) {
+	openai := "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\" there\"}}]}\n\n" +
+		"data: [DONE]\n\n"
+	anthropic := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	cut := "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+	for _, c := range []struct {
+		name       string
+		stream     string
+		firstAt    int // byte offset of the end of the first token's line
+		done       bool
+		neverFirst bool
+	}{
+		{"openai", openai, strings.Index(openai, "\"Hi\"") + len("\"Hi\"}}]}\n"), true, false},
+		{"anthropic", anthropic, strings.Index(anthropic, "\"Hi\"") + len("\"Hi\"}}\n"), true, false},
+		{"cut", cut, len("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n"), false, false},
+		{"role only", "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\ndata: [DONE]\n\n", 0, true, true},
+		{"error event", "event: error\ndata: {\"type\":\"error\"}\n\n", 0, true, true},
+	} {
+		// Every split of the stream into two chunks gives the same answer,
+		// and the first token is found in the chunk holding its line's end.
+		for cutAt := 0; cutAt <= len(c.stream); cutAt++ {
+			var s streamScanner
+			a := s.feed([]byte(c.stream[:cutAt]))
+			b := s.feed([]byte(c.stream[cutAt:]))
+			if c.neverFirst {
+				if a || b {
+					t.Fatalf("%s split at %d: a first token where there is none", c.name, cutAt)
+				}
+			} else if wantA := cutAt >= c.firstAt; a != wantA || b == wantA {
+				t.Fatalf("%s split at %d: first token in chunk a=%v b=%v, want a=%v", c.name, cutAt, a, b, wantA)
+			}
+			if s.done != c.done {
+				t.Fatalf("%s split at %d: done %v, want %v", c.name, cutAt, s.done, c.done)
+			}
+		}
+	}
+}
+
+func TestStreamScannerLongLine(t *testing.T) {
+	var s streamScanner
+	long := "data: {\"x\":\"" + strings.Repeat("a", maxPendingLine) + "\"}"
+	for i := 0; i < len(long); i += 1000 {
+		s.feed([]byte(long[i:min(i+1000, len(long))]))
+	}
+	if cap(s.pending) > 2*maxPendingLine {
+		t.Errorf("pending grew to %d bytes", cap(s.pending))
+	}
+	if !s.feed([]byte("\ndata: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n")) {
+		t.Error("scanner lost its place after an overlong line")
+	}
+}
+
+func TestParseEngineMetrics(t *testing.T) {
+	for _, c := range []struct {
+		name, text string
+		want       EngineMetrics
+		err        bool
+	}{
+		{"vllm", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 3\n" +
+			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\"} 4\n" +
+			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\nvllm:kv_cache_usage_perc{model_name=\"b\"} 0.5\n" +
+			"# TYPE vllm:num_requests_waiting_by_reason gauge\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 99\n",
+			EngineMetrics{Waiting: 5, Running: 4, KVUsage: 0.5}, false},
+		{"vllm before v0.10", "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.75\n", EngineMetrics{Waiting: 1, KVUsage: 0.75}, false},
+		{"sglang", "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 6\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 8\n# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"m\"} 0.4\n",
+			EngineMetrics{Waiting: 6, Running: 8, KVUsage: 0.4}, false},
+		{"trt-llm", "# TYPE nv_trt_llm_request_metrics gauge\nnv_trt_llm_request_metrics{request_type=\"waiting\",model=\"m\"} 3\nnv_trt_llm_request_metrics{request_type=\"scheduled\",model=\"m\"} 7\nnv_trt_llm_request_metrics{request_type=\"max\",model=\"m\"} 64\n" +
+			"# TYPE nv_trt_llm_kv_cache_block_metrics gauge\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.3\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"used\"} 300\n",
+			EngineMetrics{Waiting: 3, Running: 7, KVUsage: 0.3}, false},
+		{"none of them", "process_cpu_seconds_total 3\n", EngineMetrics{}, true},
+		{"not prometheus", "{\"json\":1}", EngineMetrics{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := parseEngineMetrics(strings.NewReader(c.text))
+			if (err != nil) != c.err || (!c.err && got != c.want) {
+				t.Errorf("got %+v, %v; want %+v, error %v", got, err, c.want, c.err)
+			}
+		})
+	}
+}
+
+func FuzzParseEngineMetrics(f *testing.F) {
+	f.Add("vllm:num_requests_waiting 1\n")
+	f.Add("# TYPE sglang:token_usage gauge\nsglang:token_usage{a=\"b\"} NaN\n")
+	f.Add("nv_trt_llm_request_metrics{request_type=\"waiting\"} +Inf\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		em, err := parseEngineMetrics(strings.NewReader(text))
+		if err == nil && (math.IsNaN(em.Waiting) || math.IsNaN(em.Running) || math.IsNaN(em.KVUsage)) {
+			t.Fatalf("NaN gauge from %q: %+v", text, em)
+		}
+	})
+}
+
+func TestEndpointValidate(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{{"127.0.100.1:8000", true}, {"[::1]:80", true}, {"pod.local:8000", false}, {"127.0.0.1", false}, {"127.0.0.1:0", false}, {"127.0.0.1:x", false}} {
+		if err := (Endpoint{Addr: c.addr}).Validate(); (err == nil) != c.ok {
+			t.Errorf("%q: %v, want ok %v", c.addr, err, c.ok)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package liveeval
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// TestLiveTargets is the suite's short version, for CI: two stand-in
+// fleets where prefix caching sets round-robin's tail (small-cache, two),
+// two seeds, shorter runs, the default policy beside round-robin and
+// the two single-signal policies, all through the real gateway over HTTP.
+//
+// Issue 17's targets (the default's P99 within 10% of the better
+// single-signal policy's, at most a third of round-robin's) are logged
+// with the figures, not asserted: the P99 of 250 requests on a shared
+// 2-core machine moves by tens of percent from run to run for every
+// policy (docs/routing-evaluation.md gives the 5-seed figures and their
+// spread). What is asserted is what makes those targets reachable and
+// holds with margin run after run — medians over the seeds: the default
+// keeps prompts where they are cached (cache hit rate within 10 points of
+// prefix affinity's) and beats round-robin's mean TTFT by a wide margin
+// (at most 0.6× of it). The default before issue 17 (slo-latency), which
+// spread prompt groups over every backend, fails the first: 56% against
+// prefix affinity's 82% on small-cache.
+func TestLiveTargets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live runs take seconds")
+	}
+	var fleets []Fleet
+	for _, f := range Fleets() {
+		if f.Name == "small-cache" || f.Name == "two" {
+			f.Workload.Requests = 250
+			fleets = append(fleets, f)
+		}
+	}
+	if len(fleets) != 2 {
+		t.Fatalf("suite lacks its fleets: %v", FleetNames())
+	}
+	pols := []string{sched.RoundRobin, sched.LeastOutstanding, sched.PrefixAffinity, sched.SLOPredictive}
+	rs, err := Run(context.Background(), Options{Fleets: fleets, Policies: pols, Seeds: []uint64{1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.N != 250 || r.Failed > 0 || r.P50 > r.P95 || r.P95 > r.P99 || math.IsNaN(r.HitRate) {
+			t.Errorf("inconsistent run %+v", r)
+		}
+	}
+	sums := Summarize(rs)
+	var buf bytes.Buffer
+	Format(&buf, sums)
+	vs := Check(sums, fleets, sched.SLOPredictive)
+	FormatVerdicts(&buf, vs, sched.SLOPredictive)
+	t.Logf("\n%s", buf.String())
+	if len(vs) != len(fleets) {
+		t.Fatalf("%d verdicts for %d fleets", len(vs), len(fleets))
+	}
+	get := func(fleet, pol string) Summary {
+		for _, s := range sums {
+			if s.Fleet == fleet && s.Policy == pol {
+				return s
+			}
+		}
+		t.Fatalf("no summary for %s on %s", pol, fleet)
+		return Summary{}
+	}
+	for _, v := range vs {
+		t.Logf("%s: issue 17's P99 targets met: %v (×%.2f the best single-signal P99, ×%.2f round-robin's)", v.Fleet, v.OK, v.VsBest, v.VsRR)
+		d, pa, rr := get(v.Fleet, sched.SLOPredictive), get(v.Fleet, sched.PrefixAffinity), get(v.Fleet, sched.RoundRobin)
+		if d.HitRate < pa.HitRate-0.10 {
+			t.Errorf("%s: default cache hit rate %.0f%%, prefix affinity's %.0f%%: prompts are not kept where they are cached", v.Fleet, 100*d.HitRate, 100*pa.HitRate)
+		}
+		if float64(d.Mean) > 0.6*float64(rr.Mean) {
+			t.Errorf("%s: default mean TTFT %v is over 0.6× round-robin's %v", v.Fleet, d.Mean, rr.Mean)
+		}
+	}
+}
+
+// TestSameSequence: the workload is a function of the seed alone, so
+// every policy gets the identical requests.
+func TestSameSequence(t *testing.T) {
+	w := baseWorkload()
+	w.LongShare, w.LongChars = 0.2, 3000
+	a, b := newSource(w, 7), newSource(w, 7)
+	c := newSource(w, 8)
+	differ := false
+	for range 50 {
+		ra, _ := a.Next(context.Background())
+		rb, _ := b.Next(context.Background())
+		rc, _ := c.Next(context.Background())
+		if ra.Messages[0].Content != rb.Messages[0].Content || ra.Messages[1].Content != rb.Messages[1].Content {
+			t.Fatal("same seed, different requests")
+		}
+		if n := len(ra.Messages[0].Content); n != w.PrefixChars {
+			t.Fatalf("prefix of %d chars, want %d", n, w.PrefixChars)
+		}
+		differ = differ || ra.Messages[1].Content != rc.Messages[1].Content
+	}
+	if !differ {
+		t.Error("another seed gave the same requests")
+	}
+}

@@ -1,0 +1,292 @@
+package liveeval
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// Options select what Run evaluates.
+type Options struct {
+	Fleets   []Fleet
+	Policies []string
+	Seeds    []uint64
+	// Progress, when set, hears each run's result as it finishes.
+	Progress func(Result)
+}
+
+// Run evaluates every policy on every fleet with every seed, one run at a
+// time (runs share the machine, so concurrent runs would time each other).
+func Run(ctx context.Context, opt Options) ([]Result, error) {
+	var out []Result
+	for _, f := range opt.Fleets {
+		for _, seed := range opt.Seeds {
+			for _, pol := range opt.Policies {
+				if err := ctx.Err(); err != nil {
+					return out, err
+				}
+				r, err := RunOne(ctx, f, pol, seed)
+				if err != nil {
+					return out, fmt.Errorf("fleet %s, policy %s, seed %d: %w", f.Name, pol, seed, err)
+				}
+				if opt.Progress != nil {
+					opt.Progress(r)
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Summary is one (fleet, policy) across seeds: the median of each figure
+// and the range of P99.
+type Summary struct {
+	Fleet, Policy    string
+	Seeds            int
+	Mean, P95, P99   time.Duration
+	P99Min, P99Max   time.Duration
+	Attainment       float64
+	Goodput, HitRate float64
+	Failed           int
+	// P99VsRR is this P99 over round-robin's on the same fleet (medians).
+	P99VsRR float64
+	// Admission figures (medians): the share of scored requests rejected
+	// with 429, the SLO attainment of those admitted, requests degraded.
+	RejectedShare, AdmittedAttainment float64
+	Degraded                          int
+}
+
+// Summarize groups results by fleet and policy, in the order first seen.
+func Summarize(rs []Result) []Summary {
+	type key struct{ f, p string }
+	var order []key
+	groups := map[key][]Result{}
+	for _, r := range rs {
+		k := key{r.Fleet, r.Policy}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	var out []Summary
+	for _, k := range order {
+		g := groups[k]
+		med := func(f func(Result) float64) float64 {
+			xs := make([]float64, len(g))
+			for i, r := range g {
+				xs[i] = f(r)
+			}
+			slices.Sort(xs)
+			n := len(xs)
+			if n%2 == 1 {
+				return xs[n/2]
+			}
+			return (xs[n/2-1] + xs[n/2]) / 2
+		}
+		d := func(f func(Result) time.Duration) time.Duration {
+			return time.Duration(med(func(r Result) float64 { return float64(f(r)) }))
+		}
+		s := Summary{Fleet: k.f, Policy: k.p, Seeds: len(g),
+			Mean: d(func(r Result) time.Duration { return r.Mean }), P95: d(func(r Result) time.Duration { return r.P95 }),
+			P99:        d(func(r Result) time.Duration { return r.P99 }),
+			Attainment: med(func(r Result) float64 { return r.Attainment }), Goodput: med(func(r Result) float64 { return r.Goodput }),
+			HitRate: med(func(r Result) float64 { return r.HitRate }), P99VsRR: math.NaN(),
+			RejectedShare:      med(func(r Result) float64 { return float64(r.Rejected) / float64(max(r.N, 1)) }),
+			AdmittedAttainment: med(func(r Result) float64 { return r.AdmittedAttainment }),
+			Degraded:           int(med(func(r Result) float64 { return float64(r.Degraded) })),
+		}
+		s.P99Min, s.P99Max = g[0].P99, g[0].P99
+		for _, r := range g {
+			s.P99Min, s.P99Max = min(s.P99Min, r.P99), max(s.P99Max, r.P99)
+			s.Failed += r.Failed
+		}
+		out = append(out, s)
+	}
+	for i := range out {
+		for _, o := range out {
+			if o.Fleet == out[i].Fleet && o.Policy == sched.RoundRobin && o.P99 > 0 {
+				out[i].P99VsRR = float64(out[i].P99) / float64(o.P99)
+			}
+		}
+	}
+	return out
+}
+
+// Verdict is the check of the targets on one fleet.
+type Verdict struct {
+	Fleet string
+	// Best is the better single-signal policy (prefix-affinity or
+	// least-outstanding) by median P99.
+	Best                 string
+	Default, BestP99, RR time.Duration
+	// VsBest is the default's P99 over Best's (target ≤ 1.1); VsRR over
+	// round-robin's (target ≤ 1/3 where caching matters).
+	VsBest, VsRR float64
+	CacheMatters bool
+	OK           bool
+}
+
+// Check judges policy (the default) on each fleet against the targets.
+// Fleets without the needed policies are skipped.
+func Check(sums []Summary, fleets []Fleet, policy string) []Verdict {
+	get := func(f, p string) (Summary, bool) {
+		for _, s := range sums {
+			if s.Fleet == f && s.Policy == p {
+				return s, true
+			}
+		}
+		return Summary{}, false
+	}
+	var out []Verdict
+	for _, f := range fleets {
+		d, ok := get(f.Name, policy)
+		if !ok {
+			continue
+		}
+		v := Verdict{Fleet: f.Name, Default: d.P99, CacheMatters: f.CacheMatters, VsRR: math.NaN(), VsBest: math.NaN()}
+		for _, p := range []string{sched.PrefixAffinity, sched.LeastOutstanding} {
+			if s, ok := get(f.Name, p); ok && (v.Best == "" || s.P99 < v.BestP99) {
+				v.Best, v.BestP99 = p, s.P99
+			}
+		}
+		v.OK = true
+		if v.Best != "" {
+			v.VsBest = float64(d.P99) / float64(v.BestP99)
+			v.OK = v.VsBest <= 1.1
+		}
+		if rr, ok := get(f.Name, sched.RoundRobin); ok {
+			v.RR = rr.P99
+			v.VsRR = float64(d.P99) / float64(rr.P99)
+			if f.CacheMatters && v.VsRR > 1.0/3 {
+				v.OK = false
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Format writes the summaries as a Markdown table, one row per (fleet,
+// policy): medians across seeds and P99's range.
+func Format(w io.Writer, sums []Summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| fleet\t policy\t seeds\t mean ms\t P95 ms\t P99 ms\t P99 range ms\t P99 / RR\t SLO attain\t goodput req/s\t cache hit\t failed\t\n")
+	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 12))
+	for _, s := range sums {
+		hit := "–"
+		if !math.IsNaN(s.HitRate) {
+			hit = fmt.Sprintf("%.0f%%", 100*s.HitRate)
+		}
+		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f\t %.1f\t %.1f\t %.1f–%.1f\t %.2f\t %.1f%%\t %.1f\t %s\t %d\t\n",
+			s.Fleet, s.Policy, s.Seeds, ms(s.Mean), ms(s.P95), ms(s.P99), ms(s.P99Min), ms(s.P99Max), s.P99VsRR,
+			100*s.Attainment, s.Goodput, hit, s.Failed)
+	}
+	tw.Flush()
+}
+
+// FormatVerdicts writes Check's verdicts as a Markdown table.
+func FormatVerdicts(w io.Writer, vs []Verdict, policy string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| fleet\t %s P99 ms\t best single-signal\t its P99 ms\t ratio (≤ 1.10)\t round-robin P99 ms\t ratio (≤ 0.33)\t met\t\n", policy)
+	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 8))
+	for _, v := range vs {
+		ok := "yes"
+		if !v.OK {
+			ok = "**no**"
+		}
+		fmt.Fprintf(tw, "| %s\t %.1f\t %s\t %.1f\t %.2f\t %.1f\t %.2f\t %s\t\n", v.Fleet, ms(v.Default), v.Best, ms(v.BestP99), v.VsBest, ms(v.RR), v.VsRR, ok)
+	}
+	tw.Flush()
+}
+
+// AdmissionPolicies are the runs of the admission comparison: round-robin
+// and the default best-effort (everything admitted), each with admission
+// reject, and the default degrading to the lighter model.
+func AdmissionPolicies() []string {
+	return []string{sched.RoundRobin, sched.SLOPredictive,
+		sched.RoundRobin + "+reject", sched.SLOPredictive + "+reject", sched.SLOPredictive + "+degrade"}
+}
+
+// FormatAdmission writes the admission comparison as a Markdown table:
+// medians across seeds of the share rejected (429), the requests degraded
+// (whole run), SLO attainment of the admitted requests and of all,
+// goodput and the served requests' P99.
+func FormatAdmission(w io.Writer, sums []Summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| fleet\t policy+admission\t seeds\t rejected\t degraded\t attain (admitted)\t attain (all)\t goodput req/s\t P99 ms (served)\t\n")
+	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 9))
+	for _, s := range sums {
+		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f%%\t %d\t %.1f%%\t %.1f%%\t %.1f\t %.1f\t\n",
+			s.Fleet, s.Policy, s.Seeds, 100*s.RejectedShare, s.Degraded, 100*s.AdmittedAttainment, 100*s.Attainment, s.Goodput, ms(s.P99))
+	}
+	tw.Flush()
+}
+
+// PredictorColumns are the models FormatMAPE compares, in its order: the
+// default's regression (no residual correction), with the sliding residual
+// correction, the queue-rate model, the trees, and whichever the
+// switching predictor had in charge.
+var PredictorColumns = []string{sched.JointPlainLinear, sched.PredictorLinear, sched.PredictorQueue, sched.PredictorGBT, sched.JointActive}
+
+// FormatMAPE writes, per fleet, each model's MAPE on the same requests
+// (the switching runs' side-by-side figures), the median across seeds.
+func FormatMAPE(w io.Writer, rs []Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| fleet\t seeds\t requests\t")
+	for _, c := range PredictorColumns {
+		fmt.Fprintf(tw, " %s\t", c)
+	}
+	fmt.Fprintf(tw, " in charge at the end\t\n|%s\n", strings.Repeat("---\t", 4+len(PredictorColumns)))
+	var order []string
+	by := map[string][]Result{}
+	for _, r := range rs {
+		if r.MAPEN == 0 {
+			continue
+		}
+		if _, ok := by[r.Fleet]; !ok {
+			order = append(order, r.Fleet)
+		}
+		by[r.Fleet] = append(by[r.Fleet], r)
+	}
+	for _, f := range order {
+		g := by[f]
+		n := 0
+		active := map[string]int{}
+		for _, r := range g {
+			n += r.MAPEN
+			for k, v := range r.Active {
+				active[k] += v
+			}
+		}
+		fmt.Fprintf(tw, "| %s\t %d\t %d\t", f, len(g), n)
+		for _, c := range PredictorColumns {
+			xs := make([]float64, 0, len(g))
+			for _, r := range g {
+				xs = append(xs, r.MAPE[c])
+			}
+			slices.Sort(xs)
+			fmt.Fprintf(tw, " %.1f%%\t", 100*xs[len(xs)/2])
+		}
+		var keys []string
+		for k := range active {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, active[k]))
+		}
+		fmt.Fprintf(tw, " %s\t\n", strings.Join(parts, ", "))
+	}
+	tw.Flush()
+}

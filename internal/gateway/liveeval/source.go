@@ -1,0 +1,67 @@
+package liveeval
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/ttft-dev/ttft/internal/workload"
+)
+
+// source yields the workload's requests: request i is a function of the
+// seed and i alone, so every policy gets the identical sequence.
+type source struct {
+	w        Workload
+	seed     uint64
+	prefixes []string
+	i        int
+}
+
+func newSource(w Workload, seed uint64) *source {
+	s := &source{w: w, seed: seed}
+	rng := rand.New(rand.NewPCG(seed, 0x70726566)) // "pref"
+	for range w.Groups {
+		s.prefixes = append(s.prefixes, words(rng, w.PrefixChars))
+	}
+	return s
+}
+
+// words is n characters of pseudo-words (lower-case, 2–8 letters), so
+// that a real tokenizer (the simulator's) sees text of ordinary density.
+func words(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	b.Grow(n + 8)
+	for b.Len() < n {
+		for range 2 + rng.IntN(7) {
+			b.WriteByte(byte('a' + rng.IntN(26)))
+		}
+		b.WriteByte(' ')
+	}
+	return b.String()[:n]
+}
+
+// Next returns the next request; the runner numbers warm-up and scored
+// requests in one sequence.
+func (s *source) Next(ctx context.Context) (*workload.Request, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	i := s.i
+	s.i++
+	rng := rand.New(rand.NewPCG(s.seed, uint64(i)+1))
+	g := rng.IntN(s.w.Groups)
+	n := s.w.SuffixMin + rng.IntN(s.w.SuffixMax-s.w.SuffixMin+1)
+	if s.w.LongShare > 0 && rng.Float64() < s.w.LongShare {
+		n = s.w.LongChars
+	}
+	user := words(rng, n)
+	return &workload.Request{
+		Messages: []workload.Message{
+			{Role: "system", Content: s.prefixes[g]},
+			{Role: "user", Content: user},
+		},
+		PromptTokens: (s.w.PrefixChars + n) / 4,
+		MaxTokens:    s.w.OutputTokens,
+		Group:        string(rune('A' + g%26)),
+	}, nil
+}

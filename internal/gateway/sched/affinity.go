@@ -1,0 +1,162 @@
+package sched
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+)
+
+// SLOAffinityPickerType is the picker of the default policy.
+const SLOAffinityPickerType = "slo-affinity-picker"
+
+var _ Picker = (*sloAffinityPicker)(nil)
+
+// spillBelow is the predicted probability of meeting the SLO under which
+// the affinity backend gives a request up: 0.5 is a predicted mean at the
+// SLO (meetProbability).
+const spillBelow = 0.5
+
+// spillSlower is how many times slower than the fastest candidate the
+// affinity backend must be predicted to be for a request to leave it
+// while it still meets the SLO.
+const spillSlower = 2
+
+func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
+
+// sloAffinityPicker keeps each prompt where its prefix is cached while
+// that backend is predicted to meet the SLO, and otherwise sends it to a
+// backend predicted to meet it (the one holding most of the prompt, then
+// the fastest). Its scores are the affinity: the prefix scorer's share of
+// the prompt in each backend's index.
+//
+// Why not pick the predicted-fastest backend for every request, as the
+// sla-weighted score does: that choice is myopic. A request sent away
+// from its prefix's backend to save a few milliseconds of queueing pays a
+// full prefill elsewhere and evicts another group's prefix there, a cost
+// that the next requests pay and that no per-request prediction sees; on
+// caches smaller than the working set, spreading every group over every
+// backend made the P99 worse than round-robin's (issue 17). Affinity
+// with an SLO-priced spill keeps the working set of each backend small
+// and still moves work off a backend that has become slow or congested.
+//
+// The affinity backend is the one with the highest affinity score (ties:
+// the least loaded, in turn). New prompt groups are thereby spread by
+// load, as prefix affinity spreads them: placing them by predicted
+// latency piled them onto the fast backends, whose caches then held more
+// groups than fit (a cost no prediction of this request's TTFT sees). A
+// share explore of the requests whose prefix is cached nowhere go to a
+// random backend predicted to meet the SLO instead: new
+// groups cost a prefill wherever they go, so exploring with them keeps
+// every backend's predictions fresh without giving up a cached prefix.
+type sloAffinityPicker struct {
+	explore float64
+	rr      atomic.Uint64
+}
+
+func newSLOAffinityPicker(ps Params) (Plugin, error) {
+	if err := ps.Only("explore"); err != nil {
+		return nil, err
+	}
+	e, err := ps.Float("explore", DefaultExplore)
+	if err != nil {
+		return nil, err
+	}
+	if e > 1 {
+		return nil, fmt.Errorf("explore: %v is above 1", e)
+	}
+	p := &sloAffinityPicker{explore: e}
+	// Each process starts its rotation somewhere else: replicated
+	// gateways that all began at 0 sent their first new groups to the
+	// same backends, whose cold prefills then queued (sharedstate's
+	// replica test). A single gateway is indifferent to where it starts.
+	p.rr.Store(rand.Uint64())
+	return p, nil
+}
+
+func (*sloAffinityPicker) Type() string { return SLOAffinityPickerType }
+
+func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64) (int, string) {
+	// Scan from a rotating offset, so that candidates tied on every
+	// count (a cold start: no prefix, one prior prediction, no load)
+	// take new prompt groups in turn rather than all on the first.
+	n := len(cands)
+	off := int(p.rr.Add(1) % uint64(n))
+	aff, fastest, meets := off, off, 0
+	for k := range n {
+		i := off + k
+		if i >= n {
+			i -= n
+		}
+		c := &cands[i]
+		cy.Predict(c)
+		if scores[i] > scores[aff] || (scores[i] == scores[aff] && load(c.b) < load(cands[aff].b)) {
+			aff = i
+		}
+		if cy.MeetProbability(c) >= meetThreshold {
+			meets++
+		}
+		if better(cy, c, &cands[fastest]) {
+			fastest = i
+		}
+	}
+	if scores[aff] == 0 && meets > 0 && p.explore > 0 && len(cands) > 1 && cy.Float64() < p.explore {
+		k := cy.IntN(meets)
+		for i := range cands {
+			if cands[i].meetP >= meetThreshold {
+				if k == 0 {
+					return i, ReasonExplore
+				}
+				k--
+			}
+		}
+	}
+	// Stay unless the affinity backend is predicted to miss the SLO more
+	// likely than not (its predicted mean is over the SLO) and another
+	// is predicted to meet it: the P95 margin of the headroom test would
+	// spill on every queueing blip, which is what thrashes small caches,
+	// and a request that misses its SLO anywhere (a long unique prompt)
+	// would only evict another backend's prefixes by moving.
+	//
+	// Or when the affinity backend is predicted more than spillSlower
+	// times slower than the fastest, which is predicted to meet the SLO:
+	// a cached prefix on a much slower backend (an A10G beside H100s)
+	// loses to a full prefill on a fast one, and the prompt group
+	// follows the request there (its blocks are then indexed on both).
+	a, f := &cands[aff], &cands[fastest]
+	slower := f.pred.Ready && a.pred.Ready && float64(a.pred.Mean) > spillSlower*float64(f.pred.Mean)
+	if (a.meetP >= spillBelow && !slower) || f.meetP < meetThreshold {
+		switch {
+		case scores[aff] > 0:
+			return aff, ReasonPrefixHit
+		case cands[aff].meetP >= meetThreshold:
+			return aff, ReasonHeadroom
+		}
+		return aff, ReasonNoHeadroom
+	}
+	// Spill to the backend predicted to meet the SLO (and, when leaving
+	// a slow home, at least spillSlower times faster) that holds the most
+	// of the prompt, then the fastest: a group that spills again goes
+	// back to its second home instead of evicting a third backend's
+	// prefixes.
+	to := fastest
+	for i := range cands {
+		c := &cands[i]
+		if i == aff || c.meetP < meetThreshold || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) {
+			continue
+		}
+		if t := &cands[to]; scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < t.pred.Mean) {
+			to = i
+		}
+	}
+	return to, ReasonHeadroom
+}
+
+// better orders candidates for a spill: the higher probability of
+// meeting the SLO, then the lower predicted mean.
+func better(cy *Cycle, a, b *Candidate) bool {
+	pa, pb := cy.MeetProbability(a), cy.MeetProbability(b)
+	if pa != pb {
+		return pa > pb
+	}
+	return a.pred.Mean < b.pred.Mean
+}

@@ -1,0 +1,14 @@
+// Package standin is a stand-in LLM backend for evaluating routing: an
+// OpenAI-compatible streaming HTTP server (chat completions, /v1/models,
+// /health, vLLM-named /metrics) with a latency model of its own, written
+// independently of the simulator (internal/sim) so that the gateway's
+// scheduler is never judged only against the model it was tuned on.
+//
+// The model is deliberately simple and explicit: a block-LRU prefix cache
+// over the prompt's characters (block size and capacity set per server),
+// N slots served first-in first-out, a fixed overhead plus a prefill cost
+// per uncached kilo-character, a decode cost per output token, a speed
+// factor, and an optional drift (all costs multiplied from a given time
+// on). A request holds its slot from prefill to its last token, so long
+// answers and queues both show in time to first token.
+package standin

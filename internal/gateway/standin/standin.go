@@ -1,0 +1,432 @@
+package standin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/ttft-dev/ttft/internal/lru"
+)
+
+// Config is one stand-in backend's latency model.
+type Config struct {
+	// Name labels the server (its /metrics and errors).
+	Name string
+	// Model is the model id served (default "standin").
+	Model string
+	// BlockChars is the prefix cache's block size in characters of the
+	// canonical prompt (default 256).
+	BlockChars int
+	// CacheBlocks is the prefix cache's capacity in blocks (0: no cache).
+	CacheBlocks int
+	// Slots is how many requests run at once (default 4); the rest wait
+	// first-in first-out.
+	Slots int
+	// Overhead is the fixed cost of a request before its first token.
+	Overhead time.Duration
+	// PrefillPerKChar is the prefill cost per 1,000 uncached characters.
+	PrefillPerKChar time.Duration
+	// DecodePerToken is the time between output tokens.
+	DecodePerToken time.Duration
+	// Speed divides every cost (default 1; 2 is twice as fast).
+	Speed float64
+	// DriftAt, when positive, is the time after Start from which every
+	// cost is multiplied by DriftFactor (a backend that slows mid-run).
+	DriftAt     time.Duration
+	DriftFactor float64
+	// NoMetrics turns /metrics off (an engine that publishes nothing).
+	NoMetrics bool
+}
+
+func (c *Config) defaults() {
+	if c.Model == "" {
+		c.Model = "standin"
+	}
+	if c.BlockChars <= 0 {
+		c.BlockChars = 256
+	}
+	if c.Slots <= 0 {
+		c.Slots = 4
+	}
+	if c.Speed <= 0 {
+		c.Speed = 1
+	}
+	if c.DriftFactor <= 0 {
+		c.DriftFactor = 1
+	}
+}
+
+// Stats are a server's counters since Start.
+type Stats struct {
+	Requests     int64
+	QueriedChars int64 // prompt characters looked up in the prefix cache
+	HitChars     int64 // of which found cached
+	Running      int
+	Waiting      int
+}
+
+// HitRate is the share of prompt characters served from the cache.
+func (s Stats) HitRate() float64 {
+	if s.QueriedChars == 0 {
+		return 0
+	}
+	return float64(s.HitChars) / float64(s.QueriedChars)
+}
+
+// Server is one running stand-in backend.
+type Server struct {
+	cfg    Config
+	url    string
+	srv    *http.Server
+	ln     net.Listener
+	origin time.Time
+
+	mu      sync.Mutex
+	cache   *lru.Set[uint64] // nil without a cache
+	running int
+	queue   []chan struct{} // FIFO of requests waiting for a slot
+	stats   Stats
+}
+
+// Start listens on a loopback port and serves cfg's model until ctx ends
+// or Close.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg.defaults()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("stand-in %s: listening: %w", cfg.Name, err)
+	}
+	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), origin: time.Now()}
+	if cfg.CacheBlocks > 0 {
+		s.cache = lru.NewSet[uint64](cfg.CacheBlocks)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	if !cfg.NoMetrics {
+		mux.HandleFunc("GET /metrics", s.metrics)
+	}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	go func() {
+		<-ctx.Done()
+		_ = s.Close()
+	}()
+	return s, nil
+}
+
+// StartFleet starts one server per config; on an error it closes those
+// already started.
+func StartFleet(ctx context.Context, cfgs []Config) ([]*Server, error) {
+	var ss []*Server
+	for _, c := range cfgs {
+		s, err := Start(ctx, c)
+		if err != nil {
+			for _, o := range ss {
+				_ = o.Close()
+			}
+			return nil, err
+		}
+		ss = append(ss, s)
+	}
+	return ss, nil
+}
+
+// URL is the server's base URL (http://127.0.0.1:port).
+func (s *Server) URL() string { return s.url }
+
+// Config is the server's configuration, defaults applied.
+func (s *Server) Config() Config { return s.cfg }
+
+// Close stops the server, cutting requests in flight.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Running, st.Waiting = s.running, len(s.queue)
+	return st
+}
+
+// factor is the cost multiplier now: drift over speed.
+func (s *Server) factor() float64 {
+	f := 1 / s.cfg.Speed
+	if s.cfg.DriftAt > 0 && time.Since(s.origin) >= s.cfg.DriftAt {
+		f *= s.cfg.DriftFactor
+	}
+	return f
+}
+
+// acquire waits first-in first-out for a slot.
+func (s *Server) acquire(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running < s.cfg.Slots && len(s.queue) == 0 {
+		s.running++
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	s.queue = append(s.queue, ch)
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, c := range s.queue {
+			if c == ch {
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				return ctx.Err()
+			}
+		}
+		// The slot was handed over as the context ended: pass it on.
+		s.handOff()
+		return ctx.Err()
+	}
+}
+
+// release frees a slot.
+func (s *Server) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handOff()
+}
+
+// handOff gives the caller's slot to the first waiter, or frees it
+// (s.mu held).
+func (s *Server) handOff() {
+	if len(s.queue) > 0 {
+		ch := s.queue[0]
+		s.queue = s.queue[1:]
+		close(ch)
+		return
+	}
+	s.running--
+}
+
+// lookup returns how many leading characters of prompt the cache holds
+// and caches every full block of it (most recent first block, as an
+// engine touching a shared prefix on every request keeps it longest).
+func (s *Server) lookup(prompt string) int {
+	bc := s.cfg.BlockChars
+	n := len(prompt) / bc
+	hashes := make([]uint64, n)
+	var prev uint64
+	for i := range n {
+		prev = xxhash.Sum64String(strconv.FormatUint(prev, 16) + prompt[i*bc:(i+1)*bc])
+		hashes[i] = prev
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Requests++
+	s.stats.QueriedChars += int64(len(prompt))
+	if s.cache == nil {
+		return 0
+	}
+	hit := 0
+	for hit < n && s.cache.Contains(hashes[hit]) {
+		hit++
+	}
+	for i := n - 1; i >= 0; i-- {
+		s.cache.Touch(hashes[i])
+	}
+	s.stats.HitChars += int64(hit * bc)
+	return hit * bc
+}
+
+type chatRequest struct {
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	Stream              bool          `json:"stream"`
+	MaxTokens           int           `json:"max_tokens"`
+	MaxCompletionTokens int           `json:"max_completion_tokens"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text is a message's content: a string, or the text of an array of
+// parts.
+func (m chatMessage) text() (string, error) {
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errors.New("content is neither a string nor an array of parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func httpError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error"}})
+	_, _ = w.Write(b)
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
+		httpError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	if req.Model != "" && req.Model != s.cfg.Model {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("model %q not served (this is %q)", req.Model, s.cfg.Model))
+		return
+	}
+	var prompt strings.Builder
+	for i, m := range req.Messages {
+		t, err := m.text()
+		if err != nil {
+			httpError(w, http.StatusBadRequest, fmt.Sprintf("messages[%d]: %v", i, err))
+			return
+		}
+		// Role and separators as part of the cached text, as a chat
+		// template would render them.
+		prompt.WriteString("<" + m.Role + ">" + t + "\n")
+	}
+	out := max(req.MaxTokens, req.MaxCompletionTokens)
+	if out <= 0 {
+		out = 16
+	}
+	ctx := r.Context()
+	if err := s.acquire(ctx); err != nil {
+		return
+	}
+	defer s.release()
+	p := prompt.String()
+	hit := s.lookup(p)
+	f := s.factor()
+	prefill := time.Duration(f * (float64(s.cfg.Overhead) + float64(s.cfg.PrefillPerKChar)*float64(len(p)-hit)/1000))
+	if !sleep(ctx, prefill) {
+		return
+	}
+	promptTokens := len(p) / 4
+	if !req.Stream {
+		if !sleep(ctx, time.Duration(f*float64(s.cfg.DecodePerToken)*float64(out-1))) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]any{
+			"id": "standin", "object": "chat.completion", "model": s.cfg.Model,
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "length",
+				"message": map[string]any{"role": "assistant", "content": strings.Repeat("tok ", out)}}},
+			"usage": usage(promptTokens, out, hit/4),
+		})
+		_, _ = w.Write(b)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl, _ := w.(http.Flusher)
+	chunk := func(delta map[string]any, finish any) {
+		b, _ := json.Marshal(map[string]any{"id": "standin", "object": "chat.completion.chunk", "model": s.cfg.Model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	for i := range out {
+		if i > 0 {
+			if fl != nil {
+				fl.Flush()
+			}
+			if !sleep(ctx, time.Duration(s.factor()*float64(s.cfg.DecodePerToken))) {
+				return
+			}
+		}
+		var finish any
+		if i == out-1 {
+			finish = "length"
+		}
+		chunk(map[string]any{"content": "tok "}, finish)
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		b, _ := json.Marshal(map[string]any{"id": "standin", "object": "chat.completion.chunk", "model": s.cfg.Model,
+			"choices": []any{}, "usage": usage(promptTokens, out, hit/4)})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if fl != nil {
+		fl.Flush()
+	}
+}
+
+func usage(prompt, out, cached int) map[string]any {
+	return map[string]any{"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out,
+		"prompt_tokens_details": map[string]any{"cached_tokens": cached}}
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	b, _ := json.Marshal(map[string]any{"object": "list", "data": []any{map[string]any{"id": s.cfg.Model, "object": "model", "owned_by": "standin"}}})
+	_, _ = w.Write(b)
+}
+
+// metrics writes vLLM-named series: running and waiting requests, cache
+// usage, prefix-cache queries and hits (in tokens, a token being four
+// characters here) and the cache's configuration, so that a gateway
+// reading vLLM's metrics can learn from a stand-in too.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	st := s.Stats()
+	used := 0
+	if s.cache != nil {
+		s.mu.Lock()
+		used = s.cache.Len()
+		s.mu.Unlock()
+	}
+	usage := 0.0
+	if s.cfg.CacheBlocks > 0 {
+		usage = float64(used) / float64(s.cfg.CacheBlocks)
+	}
+	lbl := fmt.Sprintf(`{model_name=%q}`, s.cfg.Model)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d\n", lbl, st.Running)
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s %d\n", lbl, st.Waiting)
+	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc%s %g\n", lbl, usage)
+	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total%s %d\n", lbl, st.QueriedChars/4)
+	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total%s %d\n", lbl, st.HitChars/4)
+	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", s.cfg.BlockChars/4, s.cfg.CacheBlocks)
+}

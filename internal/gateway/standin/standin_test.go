@@ -1,0 +1,172 @@
+package standin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ttft sends one streamed chat request and returns the time to its first
+// content event and the number of content events.
+func ttft(t *testing.T, url, system, user string, maxTokens int) (time.Duration, int) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "standin", "stream": true, "max_tokens": maxTokens,
+		"messages": []map[string]any{{"role": "system", "content": system}, {"role": "user", "content": user}}})
+	start := time.Now()
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var first time.Duration
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: {") {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(line[6:]), &ch); err != nil {
+			t.Fatal(err)
+		}
+		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			if n == 0 {
+				first = time.Since(start)
+			}
+			n++
+		}
+	}
+	return first, n
+}
+
+func start(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestLatencyModel checks each part of the model over real HTTP: a
+// cached prefix is cheaper, a cache smaller than the working set forgets,
+// slots queue, speed and drift scale the cost.
+func TestLatencyModel(t *testing.T) {
+	sys := strings.Repeat("s", 8000) // 8 kilo-chars: 80 ms uncached at 10 ms/kchar
+	base := Config{BlockChars: 256, CacheBlocks: 64, Slots: 4, PrefillPerKChar: 10 * time.Millisecond, DecodePerToken: time.Millisecond}
+	tests := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"prefix hit is cheaper", func(t *testing.T) {
+			// A dearer prefill (320 ms uncached) than the other cases: the
+			// warm request's few milliseconds must stand out from a loaded
+			// machine's scheduling delays.
+			c := base
+			c.PrefillPerKChar = 40 * time.Millisecond
+			s := start(t, c)
+			cold, n := ttft(t, s.URL(), sys, "a", 4)
+			warm, _ := ttft(t, s.URL(), sys, "b", 4)
+			if n != 4 {
+				t.Errorf("%d content events, want 4", n)
+			}
+			if cold < 280*time.Millisecond || warm > cold/2 {
+				t.Errorf("cold %v, warm %v: want cold ≥ 280 ms and warm < cold/2", cold, warm)
+			}
+			if st := s.Stats(); st.HitRate() < 0.4 || st.Requests != 2 {
+				t.Errorf("stats %+v: want 2 requests, about half the characters hit", st)
+			}
+		}},
+		{"small cache forgets", func(t *testing.T) {
+			c := base
+			c.CacheBlocks = 40 // < 2 prompts of 31 blocks
+			s := start(t, c)
+			ttft(t, s.URL(), sys, "a", 1)
+			// Two other prompts push all 31 of its blocks out.
+			ttft(t, s.URL(), strings.Repeat("t", 8000), "a", 1)
+			ttft(t, s.URL(), strings.Repeat("u", 8000), "a", 1)
+			again, _ := ttft(t, s.URL(), sys, "c", 1)
+			if again < 60*time.Millisecond {
+				t.Errorf("evicted prefix answered in %v, want a miss (≥ 60 ms)", again)
+			}
+		}},
+		{"slots queue first in first out", func(t *testing.T) {
+			c := base
+			c.Slots, c.CacheBlocks = 1, 0
+			s := start(t, c)
+			var wg sync.WaitGroup
+			ds := make([]time.Duration, 3)
+			for i := range ds {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ds[i], _ = ttft(t, s.URL(), sys, "x", 1)
+				}()
+			}
+			wg.Wait()
+			slowest := max(ds[0], ds[1], ds[2])
+			if slowest < 220*time.Millisecond {
+				t.Errorf("three requests on one slot: slowest TTFT %v, want ≥ 3×80 ms less slack", slowest)
+			}
+		}},
+		{"speed and drift", func(t *testing.T) {
+			c := base
+			c.CacheBlocks, c.Speed, c.DriftAt, c.DriftFactor = 0, 2, 200*time.Millisecond, 4
+			s := start(t, c)
+			long := sys + sys // 16 kilo-chars: 160 ms at speed 1
+			fast, _ := ttft(t, s.URL(), long, "x", 1)
+			time.Sleep(250 * time.Millisecond)
+			slow, _ := ttft(t, s.URL(), long, "x", 1)
+			if fast < 75*time.Millisecond || fast > 130*time.Millisecond || slow < 3*fast {
+				t.Errorf("speed 2: %v (want ≈ 80 ms); after 4× drift: %v (want ≥ 3× that)", fast, slow)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, tt.run)
+	}
+}
+
+func TestMetricsAndModels(t *testing.T) {
+	s := start(t, Config{Model: "m1", CacheBlocks: 8, PrefillPerKChar: time.Millisecond})
+	for path, want := range map[string]string{
+		"/metrics":   "vllm:num_requests_waiting{model_name=\"m1\"} 0",
+		"/v1/models": `"id":"m1"`,
+	} {
+		resp, err := http.Get(s.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s: %q lacks %q", path, b, want)
+		}
+	}
+	resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"other","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown model: status %d, want 404", resp.StatusCode)
+	}
+}

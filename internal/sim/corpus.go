@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// publicCorpus is the public validation corpus: measured TTFT, inter-token
+// and throughput figures from independent public sources, one row per
+// published operating point (see the file's header and
+// docs/simulator-validation.md).
+//
+//go:embed testdata/public_corpus.csv
+var publicCorpus []byte
+
+// Load kinds of a corpus row.
+const (
+	LoadBatch1 = "batch1" // one request on an idle engine
+	LoadStatic = "static" // one fixed batch prefilled together, then decoded together
+	LoadClosed = "closed" // closed loop at a fixed concurrency
+	LoadRate   = "rate"   // open loop, Poisson arrivals at a fixed rate
+	LoadBurst  = "burst"  // all requests sent at once (request rate inf)
+)
+
+// CorpusRow is one published operating point.
+type CorpusRow struct {
+	Line     int // line in the CSV, for messages
+	Source   string
+	URL      string
+	Engine   string
+	Version  string
+	Profile  string // engine profile to simulate with
+	Sched    string // v0, v1 or static
+	Frontend string // http or offline
+	Model    string
+	GPU      string
+	TP       int
+	DType    string // weights: bf16, fp16, fp8
+	KV       string // kv-cache dtype: auto, fp8
+	Prompt   int
+	Output   int
+	Lengths  string // fixed, uniform, geom, eos:MAX
+	Load     string
+	Value    float64 // batch size, concurrency, req/s or burst size
+	Requests int
+	TTFTMs   float64 // 0: not published
+	TTFTStat string  // mean or p50
+	ITLMs    float64
+	ITLStat  string
+	E2EMs    float64
+	Tput     float64
+	TputUnit string // req_s, out_tok_s, out_tok_s_gpu
+	MemUtil  float64
+	MaxLen   int
+	// MaxSeqs is the engine's limit on requests in one batch
+	// (--max-num-seqs; OLLAMA_NUM_PARALLEL), 0: the engine default.
+	MaxSeqs int
+	// Warmup is how many requests the run sent first and left out of its
+	// figures (`ttft bench --warmup`; the published sweeps: 0).
+	Warmup    int
+	Notes     string
+	Published string // engine and version, for tables
+}
+
+// Category is the load category a row's figures are reported under.
+func (r *CorpusRow) Category() string {
+	switch r.Load {
+	case LoadBurst:
+		return LoadRate // request rate inf: an open loop at its limit
+	default:
+		return r.Load
+	}
+}
+
+// DefaultCorpus parses the embedded public corpus.
+func DefaultCorpus() ([]CorpusRow, error) {
+	return ParseCorpus(bytes.NewReader(publicCorpus))
+}
+
+// ParseCorpus reads a corpus CSV: '#' lines are comments, the first other
+// line is the header, and columns are found by name so that the file can
+// grow columns (optional ones: max_seqs, --max-num-seqs where published;
+// warmup, requests left out of the figures). A row's line number seeds its
+// drawn lengths, so adding lines above rows changes their draws.
+func ParseCorpus(r io.Reader) ([]CorpusRow, error) {
+	var body bytes.Buffer
+	var lines []int // body line → file line
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		t := sc.Text()
+		if strings.HasPrefix(strings.TrimSpace(t), "#") || strings.TrimSpace(t) == "" {
+			continue
+		}
+		body.WriteString(t)
+		body.WriteByte('\n')
+		lines = append(lines, n)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("corpus: %w", err)
+	}
+	recs, err := csv.NewReader(&body).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %w", err)
+	}
+	if len(recs) < 2 {
+		return nil, fmt.Errorf("corpus: no rows")
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[strings.TrimSpace(h)] = i
+	}
+	for _, need := range []string{"source", "url", "engine", "profile", "sched", "model", "gpu", "tp", "prompt", "output", "load", "value"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("corpus: header lacks column %q", need)
+		}
+	}
+	rows := make([]CorpusRow, 0, len(recs)-1)
+	for i, rec := range recs[1:] {
+		line := lines[i+1]
+		p := rowParser{rec: rec, col: col, line: line}
+		row := CorpusRow{
+			Line: line, Source: p.str("source"), URL: p.str("url"), Engine: p.str("engine"), Version: p.str("version"),
+			Profile: p.str("profile"), Sched: p.str("sched"), Frontend: p.str("frontend"),
+			Model: p.str("model"), GPU: p.str("gpu"), TP: p.int("tp"), DType: p.str("dtype"), KV: p.str("kv"),
+			Prompt: p.int("prompt"), Output: p.int("output"), Lengths: p.str("lengths"), Load: p.str("load"),
+			Value: p.float("value"), Requests: p.int("requests"),
+			TTFTMs: p.float("ttft_ms"), TTFTStat: p.str("ttft_stat"), ITLMs: p.float("itl_ms"), ITLStat: p.str("itl_stat"),
+			E2EMs: p.float("e2e_ms"), Tput: p.float("tput"), TputUnit: p.str("tput_unit"),
+			MemUtil: p.float("mem_util"), MaxLen: p.int("max_len"), MaxSeqs: p.int("max_seqs"), Warmup: p.int("warmup"), Notes: p.str("notes"),
+		}
+		if p.err != nil {
+			return nil, p.err
+		}
+		row.Published = row.Engine + " " + row.Version
+		if err := row.check(); err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func (r *CorpusRow) check() error {
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("corpus line %d (%s): %s", r.Line, r.Source, fmt.Sprintf(f, a...))
+	}
+	switch r.Load {
+	case LoadBatch1, LoadStatic, LoadClosed, LoadRate, LoadBurst:
+	default:
+		return bad("unknown load %q", r.Load)
+	}
+	switch r.Sched {
+	case "v0", "v1", "static":
+	default:
+		return bad("unknown sched %q", r.Sched)
+	}
+	if r.TP <= 0 || r.Prompt <= 0 || r.Output <= 0 || r.Value <= 0 {
+		return bad("tp, prompt, output and value must be positive")
+	}
+	if r.TTFTMs <= 0 && r.ITLMs <= 0 && r.E2EMs <= 0 && r.Tput <= 0 {
+		return bad("no measured figure")
+	}
+	if r.Tput > 0 {
+		switch r.TputUnit {
+		case "req_s", "out_tok_s", "out_tok_s_gpu":
+		default:
+			return bad("unknown tput_unit %q", r.TputUnit)
+		}
+	}
+	if _, _, err := parseLengths(r.Lengths); err != nil {
+		return bad("%v", err)
+	}
+	return nil
+}
+
+// rowParser reads named cells of one CSV record, keeping the first error.
+type rowParser struct {
+	rec  []string
+	col  map[string]int
+	line int
+	err  error
+}
+
+func (p *rowParser) str(name string) string {
+	i, ok := p.col[name]
+	if !ok || i >= len(p.rec) {
+		return ""
+	}
+	return strings.TrimSpace(p.rec[i])
+}
+
+func (p *rowParser) float(name string) float64 {
+	s := p.str(name)
+	if s == "" {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("corpus line %d: column %s: %w", p.line, name, err)
+	}
+	return v
+}
+
+func (p *rowParser) int(name string) int {
+	return int(p.float(name))
+}
+
+// parseLengths reads the lengths column: fixed, geom, or eos:MAX.
+func parseLengths(s string) (kind string, max int, err error) {
+	switch {
+	case s == "" || s == "fixed":
+		return "fixed", 0, nil
+	case s == "geom":
+		return "geom", 0, nil
+	case s == "uniform":
+		return "uniform", 0, nil
+	case strings.HasPrefix(s, "eos:"):
+		m, err := strconv.Atoi(strings.TrimPrefix(s, "eos:"))
+		if err != nil || m <= 0 {
+			return "", 0, fmt.Errorf("lengths %q: eos:MAX needs a positive MAX", s)
+		}
+		return "eos", m, nil
+	}
+	return "", 0, fmt.Errorf("unknown lengths %q (fixed, uniform, geom, eos:MAX)", s)
+}
