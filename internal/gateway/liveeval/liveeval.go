@@ -134,6 +134,8 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 		for _, s := range ss {
 			urls = append(urls, s.URL())
 		}
+	case len(fleet.URLs) > 0:
+		urls = fleet.URLs
 	default:
 		return Result{}, fmt.Errorf("fleet %s has no backends", fleet.Name)
 	}
@@ -221,9 +223,13 @@ func startGateway(ctx context.Context, fleet Fleet, policy string, seed uint64, 
 		}
 		route.DegradeTo = LiteModel
 	}
+	health := "/health"
+	if len(fleet.URLs) > 0 {
+		health = fleet.HealthPath
+	}
 	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", Policy: pol, AccessLog: &off, Predictor: predictor,
-		Health: gateway.Health{Interval: gateway.Duration(time.Second), Path: "/health"},
+		Health: gateway.Health{Interval: gateway.Duration(time.Second), Path: health},
 		Routes: []gateway.Route{route},
 	}
 	// Backends are told their model only beside a lighter model's.
@@ -232,9 +238,11 @@ func startGateway(ctx context.Context, fleet Fleet, policy string, seed uint64, 
 		models = []string{fleet.Model()}
 	}
 	for i, u := range urls {
-		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{
-			Name: fmt.Sprintf("b%d", i), URL: u, API: "openai", MetricsURL: u + "/metrics", Models: models,
-		})
+		bc := gateway.BackendConfig{Name: fmt.Sprintf("b%d", i), URL: u, API: "openai", Models: models}
+		if len(fleet.URLs) == 0 {
+			bc.MetricsURL = u + "/metrics"
+		}
+		cfg.Backends = append(cfg.Backends, bc)
 	}
 	for i, u := range liteURLs {
 		// The lighter model's backends serve only it, so they take

@@ -164,3 +164,28 @@ func BenchmarkGBTFit(b *testing.B) {
 		fitGBT(xs, ys, defaultGBTParams(nGBTFeat))
 	}
 }
+
+// TestSwitchingTrainsInBackground: the trees are fitted off the caller's
+// goroutine while predictions and observations go on (run with -race).
+func TestSwitchingTrainsInBackground(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	s := newPredictorSet(100*time.Millisecond, PredictorSwitching)
+	at := time.Unix(0, 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; s.sw.gbt.Load() == nil; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no tree model after %d observations", i)
+		}
+		at = at.Add(time.Millisecond)
+		f, y := queueTTFT(rng)
+		s.predict(f)
+		s.observeAt(at, f, y)
+		if i >= 4*minTrain {
+			time.Sleep(time.Millisecond) // let the fit finish
+		}
+	}
+	f, _ := queueTTFT(rng)
+	if m, ok := s.sw.predictOne(swGBT, f); !ok || !(m > 0) {
+		t.Errorf("trees predict %v, ready %v", m, ok)
+	}
+}
