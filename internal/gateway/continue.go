@@ -117,7 +117,7 @@ func (sp *splice) observe(ev []byte, si streamInfo, anthropic bool) {
 		}
 		// One search for both reasoning fields' common start; the exact
 		// test only where it is found.
-		if bytes.Contains(ev, kReasoningAny) && (nonEmptyString(ev, kReasoning) || nonEmptyString(ev, kReason2)) {
+		if bytes.Contains(ev, kReasoningAny) && (wire.NonEmptyStringAfter(ev, kReasoning) || wire.NonEmptyStringAfter(ev, kReason2)) {
 			sp.blocked = blockReasoning
 			return
 		}

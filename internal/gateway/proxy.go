@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ttft-dev/ttft/internal/gateway/llmreq"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/httpx"
 	"github.com/ttft-dev/ttft/internal/jsonscan"
@@ -51,36 +52,6 @@ const (
 	HeaderBackend  = "X-Ttft-Backend"
 	HeaderAttempts = "X-Ttft-Attempts"
 )
-
-// contentText is a message content's or a prompt's text (wire.ContentText;
-// a completions prompt may also be an array of strings), so that the same
-// text hashes alike in all four request shapes.
-func contentText(raw json.RawMessage) string {
-	if t, ok := wire.ContentText(raw); ok {
-		return t
-	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil {
-		return strings.Join(ss, "")
-	}
-	return ""
-}
-
-// hashPrompt canonicalises the prompt into h: a system prompt (OpenAI system
-// message or Anthropic "system") first, then each message as (role, text).
-func hashPrompt(h *sched.BlockHasher, rb *parsedRequest) {
-	if rb.System != "" {
-		h.Segment("system", rb.System)
-	}
-	for _, m := range rb.Messages {
-		role := m.Role
-		if role == "developer" {
-			role = "system"
-		}
-		h.Segment(role, m.Text)
-	}
-	h.Text(rb.Prompt)
-}
 
 // exchange is one client request's bookkeeping, for metrics and the log.
 type exchange struct {
@@ -146,7 +117,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, api wire.API
 	if !ok {
 		return
 	}
-	rb, err := parseRequest(body)
+	rb, err := llmreq.Parse(body)
 	if err != nil {
 		x.status, x.errMsg = http.StatusBadRequest, "invalid JSON body"
 		writeError(w, api, x.status, "invalid_request_error", "request body is not valid JSON: "+err.Error())
@@ -161,7 +132,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, api wire.API
 	h := g.hashers.Get().(*sched.BlockHasher)
 	h.Reset()
 	defer g.hashers.Put(h)
-	hashPrompt(h, &rb)
+	rb.Hash(h)
 	promptTokens := h.Bytes() / 4
 	x.inTokens = promptTokens
 	if kl != nil && kl.tok != nil {
@@ -254,7 +225,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, lim *Limits, 
 // startSpan continues the client's trace: a server span named per the
 // GenAI conventions when tracing is on (finish ends it), else just the
 // client's trace context, which still goes to the backend.
-func (g *Gateway) startSpan(r *http.Request, x *exchange, rb *parsedRequest) (context.Context, trace.Span) {
+func (g *Gateway) startSpan(r *http.Request, x *exchange, rb *llmreq.Request) (context.Context, trace.Span) {
 	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	if !g.tracing {
 		return ctx, trace.SpanFromContext(ctx)

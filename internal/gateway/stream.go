@@ -112,7 +112,6 @@ var (
 	kReason2   = []byte(`"reasoning":"`)
 	kToolCalls = []byte(`"tool_calls":[{`)
 	kDone      = []byte(`[DONE]`)
-	kDelta     = []byte(`content_block_delta`)
 	kStop      = []byte(`message_stop`)
 	kErrEvent  = []byte(`event: error`)
 	kErrField  = []byte(`"error":`)
@@ -129,7 +128,7 @@ var (
 func classify(ev []byte, anthropic bool) streamInfo {
 	var si streamInfo
 	if anthropic {
-		si.token = bytes.Contains(ev, kDelta)
+		si.token = wire.SniffAnthropicToken(ev)
 		si.done = bytes.Contains(ev, kStop)
 		si.errEv = bytes.Contains(ev, kErrEvent)
 		if !si.token {
@@ -142,29 +141,13 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		si.done = true
 		return si
 	}
-	si.token = nonEmptyString(ev, kContent) || nonEmptyString(ev, kText) ||
-		nonEmptyString(ev, kReasoning) || nonEmptyString(ev, kReason2) || bytes.Contains(ev, kToolCalls)
+	si.token = wire.SniffOpenAIToken(ev)
 	if !si.token {
 		si.errEv = bytes.Contains(ev, kErrField)
 		si.output = intAfter(ev, kCompTok)
 		si.input = intAfter(ev, kPromptTok)
 	}
 	return si
-}
-
-// nonEmptyString reports whether key (ending in an opening quote) is
-// followed by at least one character before the closing quote.
-func nonEmptyString(b, key []byte) bool {
-	for {
-		i := bytes.Index(b, key)
-		if i < 0 {
-			return false
-		}
-		b = b[i+len(key):]
-		if len(b) > 0 && b[0] != '"' {
-			return true
-		}
-	}
 }
 
 // stringAfter is the JSON string after key (ending in its opening

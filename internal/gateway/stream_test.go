@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttft-dev/ttft/internal/gateway/llmreq"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/jsonscan"
 	"github.com/ttft-dev/ttft/internal/wire"
@@ -163,12 +164,12 @@ func TestCanonicalHashAcrossAPIs(t *testing.T) {
 	openai := `{"model":"m","messages":[{"role":"system","content":` + string(jsonscan.AppendString(nil, long)) + `},{"role":"user","content":"What is the refund window?"}]}`
 	anth := `{"model":"m","system":[{"type":"text","text":` + string(jsonscan.AppendString(nil, long)) + `}],"messages":[{"role":"user","content":[{"type":"text","text":"What is the refund window?"}]}]}`
 	hash := func(body string) []uint64 {
-		rb, err := parseRequest([]byte(body))
+		rb, err := llmreq.Parse([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := sched.NewBlockHasher(0)
-		hashPrompt(h, &rb)
+		rb.Hash(h)
 		return slices.Clone(h.Hashes())
 	}
 	a, b := hash(openai), hash(anth)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ttft-dev/ttft/internal/gateway/llmreq"
 	"github.com/ttft-dev/ttft/internal/wire"
 	"github.com/ttft-dev/ttft/internal/wire/translate"
 )
@@ -25,7 +26,7 @@ func TestTranslateRequestRoundTrip(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		var msgs []map[string]any
 		var system []string
-		var want []msgText
+		var want []llmreq.Msg
 		for range r.IntN(3) {
 			s := randText(r)
 			system = append(system, s)
@@ -33,7 +34,7 @@ func TestTranslateRequestRoundTrip(t *testing.T) {
 		}
 		// An empty system prompt is no system prompt to Anthropic.
 		if s := strings.Join(system, "\n\n"); s != "" {
-			want = append(want, msgText{"system", s})
+			want = append(want, llmreq.Msg{Role: "system", Text: s})
 		}
 		n := 1 + r.IntN(6)
 		for i := range n {
@@ -50,7 +51,7 @@ func TestTranslateRequestRoundTrip(t *testing.T) {
 			if k := len(want) - 1; k >= 0 && want[k].Role == role {
 				want[k].Text += s
 			} else {
-				want = append(want, msgText{role, s})
+				want = append(want, llmreq.Msg{Role: role, Text: s})
 			}
 		}
 		body := mustJSON(t, map[string]any{"model": "m" + randText(r), "messages": msgs, "stream": r.IntN(2) == 0, "max_tokens": 9})
@@ -62,8 +63,8 @@ func TestTranslateRequestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: back: %v\n%s", seed, err, a)
 		}
-		pin, _ := parseRequest([]byte(body))
-		pout, err := parseRequest(o)
+		pin, _ := llmreq.Parse([]byte(body))
+		pout, err := llmreq.Parse(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,11 +93,11 @@ func FuzzTranslateRequest(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON: %s", out)
 		}
-		pout, err := parseRequest(out)
+		pout, err := llmreq.Parse(out)
 		if err != nil {
 			t.Fatalf("parseRequest refuses the translation: %v\n%s", err, out)
 		}
-		if pin, err := parseRequest(in); err == nil && (pin.Model != pout.Model || pin.Stream != pout.Stream) {
+		if pin, err := llmreq.Parse(in); err == nil && (pin.Model != pout.Model || pin.Stream != pout.Stream) {
 			t.Fatalf("model/stream %q/%v became %q/%v\n%s", pin.Model, pin.Stream, pout.Model, pout.Stream, out)
 		}
 	})

@@ -13,26 +13,54 @@ const hexDigits = "0123456789abcdef"
 // It is the one JSON string encoder of the hot paths: the gateway's access
 // log (byte for byte what log/slog's JSONHandler writes), its error
 // answers and events, and the translator's per-token fast paths.
-func AppendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte { return appendString(b, s, &plainSafe) }
+
+// AppendStringStd appends s byte for byte as encoding/json's Marshal and
+// Encoder write a string: as AppendString, and also \b and \f by name and
+// <, > and & as \u003c, \u003e, \u0026 (its default HTML escaping). For
+// output that must stay identical to what encoding/json wrote before:
+// request bodies (wire) and requests.jsonl (record).
+func AppendStringStd(b []byte, s string) []byte { return appendString(b, s, &stdSafe) }
+
+// plainSafe and stdSafe say which ASCII bytes each encoder copies as they
+// are; read only.
+var plainSafe, stdSafe = safeSet(""), safeSet("<>&")
+
+func safeSet(escaped string) (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	for i := range len(escaped) {
+		t[escaped[i]] = false
+	}
+	return t
+}
+
+func appendString(b []byte, s string, safe *[utf8.RuneSelf]bool) []byte {
+	std := safe == &stdSafe
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if safe[c] {
 				i++
 				continue
 			}
 			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
+			switch {
+			case c == '"' || c == '\\':
 				b = append(b, '\\', c)
-			case '\n':
+			case c == '\n':
 				b = append(b, '\\', 'n')
-			case '\r':
+			case c == '\r':
 				b = append(b, '\\', 'r')
-			case '\t':
+			case c == '\t':
 				b = append(b, '\\', 't')
+			case std && c == '\b':
+				b = append(b, '\\', 'b')
+			case std && c == '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			}

@@ -6,7 +6,7 @@ import (
 )
 
 func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", "q\"b\\", "\x00\x1f\x7f", "\u2028\u2029", "\xff\xfe", "é日本"} {
+	for _, s := range []string{"", "plain", "q\"b\\", "\x00\x1f\x7f", "\u2028\u2029", "\xff\xfe", "é日本", "<a href='x&y'>", "\b\f\n\r\t"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -20,6 +20,10 @@ func FuzzAppendJSONString(f *testing.F) {
 		json.Unmarshal(want, &wantBack)
 		if back != wantBack {
 			t.Fatalf("%q round-trips to %q, encoding/json gives %q", s, back, wantBack)
+		}
+		// AppendStringStd is encoding/json's bytes exactly.
+		if std := AppendStringStd(nil, s); string(std) != string(want) {
+			t.Fatalf("AppendStringStd(%q) = %s, encoding/json writes %s", s, std, want)
 		}
 	})
 }

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ttft-dev/ttft/internal/jsonscan"
 )
 
 // AppendJSON appends r as one line of requests.jsonl (its JSON and a
@@ -111,7 +112,7 @@ func AppendJSON(b []byte, r *Record) ([]byte, bool) {
 			if i > 0 {
 				e.b = append(e.b, ',')
 			}
-			e.b = appendString(e.b, k)
+			e.b = jsonscan.AppendStringStd(e.b, k)
 			e.b = append(e.b, ':')
 			e.number(r.ServerTimings[k])
 		}
@@ -137,7 +138,7 @@ func (e *recordEncoder) str(key, s string) {
 		return
 	}
 	e.b = append(e.b, key...)
-	e.b = appendString(e.b, s)
+	e.b = jsonscan.AppendStringStd(e.b, s)
 }
 
 // flag appends a true bool field (omitempty: false is left out).
@@ -242,64 +243,4 @@ func appendNanosAsMs(b []byte, f float64) ([]byte, bool) {
 		b = append(b, d[:end]...)
 	}
 	return b, true
-}
-
-// appendString appends s as encoding/json's Encoder writes a string,
-// byte for byte: quotes, backslashes and control characters escaped (\b,
-// \f, \n, \r, \t by name), <, > and & as \u003c, \u003e, \u0026 (its
-// default HTML escaping), invalid UTF-8 as \ufffd, U+2028 and U+2029
-// escaped. (jsonscan.AppendString, the hot paths' shared encoder, leaves
-// <, >, &, \b and \f alone; requests.jsonl keeps encoding/json's bytes.)
-// wire's request bodies have the same function (wire.appendString).
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -12,6 +12,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"strconv"
@@ -97,58 +98,13 @@ func MetricsConfigFromEnv(getenv func(string) string, serviceName string) (Metri
 		return MetricsConfig{}, err
 	}
 	cfg := MetricsConfig{ServiceName: tc.ServiceName, Resource: tc.Resource, Interval: 60 * time.Second, Timeout: 10 * time.Second}
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
-		return cfg, nil
+	exp, err := otlpExport(getenv, "METRICS", "/v1/metrics")
+	if err != nil || !exp.enabled {
+		return cfg, err
 	}
-	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER"))); exp {
-	case "", "otlp":
-	case "none":
-		return cfg, nil
-	default:
-		return cfg, fmt.Errorf("OTEL_METRICS_EXPORTER=%q: only \"otlp\" and \"none\" are supported", exp)
-	}
-	proto := getenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-	if proto == "" {
-		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto != "" && proto != "http/protobuf" {
-		return cfg, fmt.Errorf("OTLP protocol %q is not supported: ttft exports http/protobuf (point the endpoint at the collector's HTTP port, usually 4318)", proto)
-	}
-	if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")); ep != "" {
-		if err := checkURL(ep); err != nil {
-			return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: %w", err)
-		}
-		cfg.Endpoint = ep
-	} else if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); ep != "" {
-		if err := checkURL(ep); err != nil {
-			return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
-		}
-		cfg.Endpoint = strings.TrimRight(ep, "/") + "/v1/metrics"
-	} else {
-		return cfg, nil
-	}
-	cfg.Enabled = true
-	hdrs, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_HEADERS"))
-	if err != nil {
-		return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_HEADERS: %w", err)
-	}
-	mh, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS"))
-	if err != nil {
-		return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_METRICS_HEADERS: %w", err)
-	}
-	for k, v := range mh {
-		hdrs[k] = v
-	}
-	cfg.Headers = hdrs
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
-		if v := getenv(k); v != "" {
-			d, err := positiveMillis(k, v)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Timeout = d
-			break
-		}
+	cfg.Enabled, cfg.Endpoint, cfg.Headers = true, exp.endpoint, exp.headers
+	if exp.timeout > 0 {
+		cfg.Timeout = exp.timeout
 	}
 	if v := getenv("OTEL_METRIC_EXPORT_INTERVAL"); v != "" {
 		d, err := positiveMillis("OTEL_METRIC_EXPORT_INTERVAL", v)
@@ -158,6 +114,77 @@ func MetricsConfigFromEnv(getenv func(string) string, serviceName string) (Metri
 		cfg.Interval = d
 	}
 	return cfg, nil
+}
+
+// otlpSignal is what the OTEL_* environment says about one signal's
+// OTLP export (traces or metrics): off (enabled false) unless an endpoint
+// is set.
+type otlpSignal struct {
+	enabled  bool
+	endpoint string
+	headers  map[string]string
+	timeout  time.Duration // 0: the caller's default
+}
+
+// otlpExport reads one signal's export settings as the OpenTelemetry
+// specification defines them: OTEL_SDK_DISABLED, OTEL_{SIGNAL}_EXPORTER
+// (otlp or none), the protocol (http/protobuf only), the endpoint (the
+// signal's own as given, else the general one + path), headers (the
+// signal's over the general ones) and timeout (the signal's, else the
+// general one).
+func otlpExport(getenv func(string) string, signal, path string) (otlpSignal, error) {
+	var out otlpSignal
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return out, nil
+	}
+	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_" + signal + "_EXPORTER"))); exp {
+	case "", "otlp":
+	case "none":
+		return out, nil
+	default:
+		return out, fmt.Errorf("OTEL_%s_EXPORTER=%q: only \"otlp\" and \"none\" are supported", signal, exp)
+	}
+	proto := getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
+	if proto == "" {
+		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if proto != "" && proto != "http/protobuf" {
+		return out, fmt.Errorf("OTLP protocol %q is not supported: ttft exports http/protobuf (point the endpoint at the collector's HTTP port, usually 4318)", proto)
+	}
+	own := "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"
+	if ep := strings.TrimSpace(getenv(own)); ep != "" {
+		if err := checkURL(ep); err != nil {
+			return out, fmt.Errorf("reading %s: %w", own, err)
+		}
+		out.endpoint = ep
+	} else if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); ep != "" {
+		if err := checkURL(ep); err != nil {
+			return out, fmt.Errorf("reading OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
+		}
+		out.endpoint = strings.TrimRight(ep, "/") + path
+	} else {
+		return out, nil
+	}
+	out.enabled = true
+	hdrs, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_HEADERS"))
+	if err != nil {
+		return out, fmt.Errorf("reading OTEL_EXPORTER_OTLP_HEADERS: %w", err)
+	}
+	sh, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_" + signal + "_HEADERS"))
+	if err != nil {
+		return out, fmt.Errorf("reading OTEL_EXPORTER_OTLP_%s_HEADERS: %w", signal, err)
+	}
+	maps.Copy(hdrs, sh)
+	out.headers = hdrs
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + signal + "_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
+		if v := getenv(k); v != "" {
+			if out.timeout, err = positiveMillis(k, v); err != nil {
+				return out, err
+			}
+			break
+		}
+	}
+	return out, nil
 }
 
 func positiveMillis(k, v string) (time.Duration, error) {

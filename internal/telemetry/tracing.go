@@ -58,59 +58,13 @@ func TracingConfigFromEnv(getenv func(string) string, serviceName string) (Traci
 		cfg.ServiceName = name
 	}
 
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
-		return cfg, nil
+	exp, err := otlpExport(getenv, "TRACES", "/v1/traces")
+	if err != nil || !exp.enabled {
+		return cfg, err
 	}
-	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
-	case "", "otlp":
-	case "none":
-		return cfg, nil
-	default:
-		return cfg, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: only \"otlp\" and \"none\" are supported", exp)
-	}
-	proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto != "" && proto != "http/protobuf" {
-		return cfg, fmt.Errorf("OTLP protocol %q is not supported: ttft exports http/protobuf (point the endpoint at the collector's HTTP port, usually 4318)", proto)
-	}
-	if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")); ep != "" {
-		if err := checkURL(ep); err != nil {
-			return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: %w", err)
-		}
-		cfg.Endpoint = ep
-	} else if ep := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")); ep != "" {
-		if err := checkURL(ep); err != nil {
-			return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_ENDPOINT: %w", err)
-		}
-		cfg.Endpoint = strings.TrimRight(ep, "/") + "/v1/traces"
-	} else {
-		return cfg, nil
-	}
-	cfg.Enabled = true
-
-	hdrs, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_HEADERS"))
-	if err != nil {
-		return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_HEADERS: %w", err)
-	}
-	th, err := parseKeyValues(getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
-	if err != nil {
-		return cfg, fmt.Errorf("reading OTEL_EXPORTER_OTLP_TRACES_HEADERS: %w", err)
-	}
-	for k, v := range th {
-		hdrs[k] = v
-	}
-	cfg.Headers = hdrs
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
-		if v := getenv(k); v != "" {
-			ms, err := strconv.Atoi(v)
-			if err != nil || ms <= 0 {
-				return cfg, fmt.Errorf("reading %s=%q: want a positive number of milliseconds", k, v)
-			}
-			cfg.Timeout = time.Duration(ms) * time.Millisecond
-			break
-		}
+	cfg.Enabled, cfg.Endpoint, cfg.Headers = true, exp.endpoint, exp.headers
+	if exp.timeout > 0 {
+		cfg.Timeout = exp.timeout
 	}
 	if s := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER"))); s != "" {
 		cfg.Sampler = s

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/ttft-dev/ttft/internal/jsonscan"
 	"github.com/ttft-dev/ttft/internal/workload"
 )
 
@@ -68,7 +68,7 @@ func NewRequester(api API, base string, opt *RequestOptions) *Requester {
 	// into another request's.
 	q := &Requester{api: api, url: base + api.Path(), header: requestHeader(api, opt).Clone(), opt: *opt}
 	ours := map[string]bodySlot{
-		"model":  {field: bodyFixed, raw: appendString(nil, opt.Model)},
+		"model":  {field: bodyFixed, raw: jsonscan.AppendStringStd(nil, opt.Model)},
 		"stream": {field: bodyFixed, raw: []byte("true")},
 	}
 	if !opt.NoTemperature {
@@ -108,7 +108,7 @@ func NewRequester(api API, base string, opt *RequestOptions) *Requester {
 		ours[k] = bodySlot{field: bodyFixed, raw: raw}
 	}
 	for k, s := range ours {
-		s.name, s.key = k, append(appendString(nil, k), ':')
+		s.name, s.key = k, append(jsonscan.AppendStringStd(nil, k), ':')
 		q.slots = append(q.slots, s)
 		if s.field == bodyFixed {
 			q.fixed += len(s.key) + len(s.raw) + 1
@@ -189,7 +189,7 @@ func (q *Requester) AppendBody(b []byte, req *workload.Request) ([]byte, error) 
 			}
 			b = strconv.AppendInt(b, int64(n), 10)
 		case bodyPrompt:
-			b = appendString(b, completionPrompt(req, msgs))
+			b = jsonscan.AppendStringStd(b, completionPrompt(req, msgs))
 		case bodyMinTokens, bodyIgnoreEOS:
 			// vLLM and SGLang extensions that force the output length;
 			// only sent when asked, since hosted APIs reject unknown
@@ -228,9 +228,9 @@ func (q *Requester) appendMessages(b []byte, msgs []workload.Message, null bool)
 		}
 		n++
 		b = append(b, `{"role":`...)
-		b = appendString(b, m.Role)
+		b = jsonscan.AppendStringStd(b, m.Role)
 		b = append(b, `,"content":`...)
-		b = appendString(b, m.Content)
+		b = jsonscan.AppendStringStd(b, m.Content)
 		b = append(b, '}')
 	}
 	return append(b, ']')
@@ -248,7 +248,7 @@ func appendSystem(b []byte, msgs []workload.Message) ([]byte, bool) {
 	if len(sys) == 0 {
 		return b, false
 	}
-	return appendString(b, strings.Join(sys, "\n\n")), true
+	return jsonscan.AppendStringStd(b, strings.Join(sys, "\n\n")), true
 }
 
 // appendFloat appends a float64 as encoding/json does (the shortest
@@ -271,64 +271,4 @@ func appendFloat(b []byte, f float64) ([]byte, bool) {
 		}
 	}
 	return b, true
-}
-
-// appendString appends s as encoding/json writes a string, byte for byte:
-// quotes, backslashes and control characters escaped (\b, \f, \n, \r, \t
-// by name), <, > and & as \u003c, \u003e, \u0026 (its default HTML
-// escaping), invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
-// (jsonscan.AppendString, the hot paths' shared encoder, leaves <, >, &,
-// \b and \f alone; request bodies keep encoding/json's bytes.) The record
-// package has the same function for requests.jsonl.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

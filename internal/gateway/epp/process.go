@@ -420,7 +420,7 @@ func (s *Server) pick(hm *corev3.HeaderMap, body []byte, subset []string, hasSub
 	h := s.hashers.Get().(*sched.BlockHasher)
 	h.Reset()
 	defer s.hashers.Put(h)
-	r.hash(h)
+	r.Hash(h)
 	req := sched.Request{Model: r.Model, PromptTokens: h.Bytes() / 4, Blocks: h.Hashes(), SLO: slo, Class: class, Exclude: exclude}
 	t, err := s.sched.Pick(&req)
 	switch {

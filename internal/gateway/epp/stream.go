@@ -1,23 +1,20 @@
 package epp
 
-import "bytes"
+import (
+	"bytes"
 
-// Byte patterns of token and end events in OpenAI and Anthropic streams,
-// the same ones the gateway's proxy looks for: a search per line is enough
-// to tell a token event from a role announcement or a usage chunk, and far
-// cheaper than decoding every event.
+	"github.com/ttft-dev/ttft/internal/wire"
+)
+
+// Byte patterns of end and error events in OpenAI and Anthropic streams
+// (tokens are sniffed by wire, as the gateway's proxy does): a search per
+// line is far cheaper than decoding every event.
 var (
-	pContent   = []byte(`"content":"`)
-	pText      = []byte(`"text":"`)
-	pReasoning = []byte(`"reasoning_content":"`)
-	pReason2   = []byte(`"reasoning":"`)
-	pToolCalls = []byte(`"tool_calls":[{`)
-	pDone      = []byte(`[DONE]`)
-	pDelta     = []byte(`content_block_delta`)
-	pStop      = []byte(`message_stop`)
-	pErrEvent  = []byte(`event: error`)
-	pErrField  = []byte(`"error":`)
-	pData      = []byte("data:")
+	pDone     = []byte(`[DONE]`)
+	pStop     = []byte(`message_stop`)
+	pErrEvent = []byte(`event: error`)
+	pErrField = []byte(`"error":`)
+	pData     = []byte("data:")
 )
 
 // maxPendingLine bounds what the scanner keeps of a line split across
@@ -83,27 +80,11 @@ func (s *streamScanner) line(l []byte) bool {
 		return false
 	case s.first:
 		return false
-	case bytes.Contains(l, pDelta) || bytes.Contains(l, pToolCalls) ||
-		nonEmpty(l, pContent) || nonEmpty(l, pText) || nonEmpty(l, pReasoning) || nonEmpty(l, pReason2):
+	case wire.SniffAnthropicToken(l) || wire.SniffOpenAIToken(l):
 		s.first = true
 		return true
 	case bytes.Contains(l, pErrField):
 		s.done = true
 	}
 	return false
-}
-
-// nonEmpty reports whether key (ending in an opening quote) is followed by
-// at least one character before its closing quote.
-func nonEmpty(b, key []byte) bool {
-	for {
-		i := bytes.Index(b, key)
-		if i < 0 {
-			return false
-		}
-		b = b[i+len(key):]
-		if len(b) > 0 && b[0] != '"' {
-			return true
-		}
-	}
 }

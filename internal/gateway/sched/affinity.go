@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 )
@@ -54,15 +53,9 @@ type sloAffinityPicker struct {
 }
 
 func newSLOAffinityPicker(ps Params) (Plugin, error) {
-	if err := ps.Only("explore"); err != nil {
-		return nil, err
-	}
-	e, err := ps.Float("explore", DefaultExplore)
+	e, err := exploreParam(ps)
 	if err != nil {
 		return nil, err
-	}
-	if e > 1 {
-		return nil, fmt.Errorf("explore: %v is above 1", e)
 	}
 	p := &sloAffinityPicker{explore: e}
 	// Each process starts its rotation somewhere else: replicated

@@ -181,17 +181,27 @@ func (twoChoicesPicker) Pick(cy *Cycle, cands []Candidate, scores []float64) (in
 type sloPicker struct{ explore float64 }
 
 func newSLOPicker(ps Params) (Plugin, error) {
-	if err := ps.Only("explore"); err != nil {
-		return nil, err
-	}
-	e, err := ps.Float("explore", DefaultExplore)
+	e, err := exploreParam(ps)
 	if err != nil {
 		return nil, err
 	}
-	if e > 1 {
-		return nil, fmt.Errorf("explore: %v is above 1", e)
-	}
 	return &sloPicker{explore: e}, nil
+}
+
+// exploreParam is the one parameter of the pickers that explore: the
+// share of decisions sent to a random eligible backend, in [0, 1].
+func exploreParam(ps Params) (float64, error) {
+	if err := ps.Only("explore"); err != nil {
+		return 0, err
+	}
+	e, err := ps.Float("explore", DefaultExplore)
+	if err != nil {
+		return 0, err
+	}
+	if e > 1 {
+		return 0, fmt.Errorf("explore: %v is above 1", e)
+	}
+	return e, nil
 }
 
 func (*sloPicker) Type() string { return SLOPickerType }

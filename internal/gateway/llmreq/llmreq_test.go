@@ -1,10 +1,13 @@
-package gateway
+package llmreq
 
 import (
 	"reflect"
 	"strings"
 	"testing"
 )
+
+// benchBody is a typical short chat request.
+var benchBody = []byte(`{"model":"m","stream":true,"max_tokens":8,"messages":[{"role":"system","content":"You are a helpful assistant that answers briefly and precisely."},{"role":"user","content":"What is the capital of France?"}]}`)
 
 var parseSeeds = []string{
 	string(benchBody),
@@ -50,13 +53,13 @@ func TestParseRequestMatchesEncodingJSON(t *testing.T) {
 	}
 	checkParse(t, escapedBody)
 	for _, in := range parseSeeds[:7] {
-		if _, ok := scanRequest([]byte(in)); !ok {
+		if _, ok := scan([]byte(in)); !ok {
 			t.Errorf("the scanner declined a common body: %s", in)
 		}
 	}
 	// Deep nesting is left to encoding/json (and its depth limit).
 	deep := `{"model":"m","x":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`
-	if _, ok := scanRequest([]byte(deep)); ok {
+	if _, ok := scan([]byte(deep)); ok {
 		t.Error("the scanner accepted 200 levels of nesting")
 	}
 	checkParse(t, []byte(deep))
@@ -64,17 +67,17 @@ func TestParseRequestMatchesEncodingJSON(t *testing.T) {
 
 func checkParse(t *testing.T, in []byte) {
 	t.Helper()
-	ref, refErr := parseRequestJSON(in)
-	got, ok := scanRequest(in)
+	ref, refErr := parseJSON(in)
+	got, ok := scan(in)
 	if ok && refErr != nil {
 		t.Fatalf("scanner accepted %q, encoding/json: %v", in, refErr)
 	}
 	if ok && !reflect.DeepEqual(got, ref) {
 		t.Fatalf("%q:\nscanner       %+v\nencoding/json %+v", in, got, ref)
 	}
-	p, err := parseRequest(in)
+	p, err := Parse(in)
 	if (err != nil) != (refErr != nil) || err == nil && !reflect.DeepEqual(p, ref) {
-		t.Fatalf("parseRequest(%q) = %+v, %v; want %+v, %v", in, p, err, ref, refErr)
+		t.Fatalf("Parse(%q) = %+v, %v; want %+v, %v", in, p, err, ref, refErr)
 	}
 }
 
@@ -95,13 +98,13 @@ var escapedBody = []byte(`{"model":"m","stream":true,"max_tokens":8,"messages":[
 func BenchmarkParseRequestEscaped(b *testing.B) { benchParse(b, escapedBody) }
 
 func benchParse(b *testing.B, body []byte) {
-	if _, ok := scanRequest(body); !ok {
+	if _, ok := scan(body); !ok {
 		b.Fatal("the scanner declined the benchmark body")
 	}
 	for _, bc := range []struct {
 		name string
-		f    func([]byte) (parsedRequest, error)
-	}{{"scanner", parseRequest}, {"encoding-json", parseRequestJSON}} {
+		f    func([]byte) (Request, error)
+	}{{"scanner", Parse}, {"encoding-json", parseJSON}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

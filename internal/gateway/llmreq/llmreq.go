@@ -1,40 +1,78 @@
-package gateway
+// Package llmreq reads what routing needs from an OpenAI chat,
+// completions or Anthropic messages request body (model, streaming, token
+// limits, the prompt's text) in one pass, and hashes the prompt into the
+// scheduler's prefix blocks: shared by the gateway's proxy and its Endpoint
+// Picker, so that both agree on what a shared prefix is.
+package llmreq
 
 import (
 	"encoding/json"
 	"strconv"
 	"strings"
 
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/jsonscan"
 	"github.com/ttft-dev/ttft/internal/wire"
 )
 
-// parsedRequest is what the gateway reads from an OpenAI or Anthropic
+// Request is what the gateway reads from an OpenAI or Anthropic
 // request body: the model, whether it streams, the token limits (for the
 // span) and the prompt's text, flattened, for prefix hashing.
-type parsedRequest struct {
+type Request struct {
 	Model               string
 	Stream              bool
 	MaxTokens           int
 	MaxCompletionTokens int
-	System              string    // Anthropic "system" (string or text parts)
-	Messages            []msgText // in order
-	Prompt              string    // completions "prompt" (string or strings)
+	System              string // Anthropic "system" (string or text parts)
+	Messages            []Msg  // in order
+	Prompt              string // completions "prompt" (string or strings)
 }
 
-type msgText struct{ Role, Text string }
+// Msg is one message: its role and its content's text.
+type Msg struct{ Role, Text string }
 
-// parseRequest reads a request body. A one-pass scanner handles the usual
+// contentText is a message content's or a prompt's text (wire.ContentText;
+// a completions prompt may also be an array of strings), so that the same
+// text hashes alike in all four request shapes.
+func contentText(raw json.RawMessage) string {
+	if t, ok := wire.ContentText(raw); ok {
+		return t
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil {
+		return strings.Join(ss, "")
+	}
+	return ""
+}
+
+// Hash canonicalises the prompt into h: a system prompt (OpenAI system or
+// developer message, Anthropic "system") first, then each message as
+// (role, text), then a completions prompt.
+func (r *Request) Hash(h *sched.BlockHasher) {
+	if r.System != "" {
+		h.Segment("system", r.System)
+	}
+	for _, m := range r.Messages {
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		h.Segment(role, m.Text)
+	}
+	h.Text(r.Prompt)
+}
+
+// Parse reads a request body. A one-pass scanner handles the usual
 // shapes (string or text-part contents, plain keys) without reflection or
 // a second decoding of each content; anything unusual — escaped or
 // non-ASCII keys, a field of an unexpected type, deep nesting — is handed
 // to encoding/json, whose answer (including its errors) is the reference:
 // FuzzParseRequest checks that the scanner never disagrees with it.
-func parseRequest(body []byte) (parsedRequest, error) {
-	if p, ok := scanRequest(body); ok {
+func Parse(body []byte) (Request, error) {
+	if p, ok := scan(body); ok {
 		return p, nil
 	}
-	return parseRequestJSON(body)
+	return parseJSON(body)
 }
 
 // requestBody is the part of a request encoding/json decodes: one view
@@ -50,18 +88,18 @@ type requestBody struct {
 	MaxCompletionTokens int                `json:"max_completion_tokens"`
 }
 
-// parseRequestJSON is the reference decoding with encoding/json.
-func parseRequestJSON(body []byte) (parsedRequest, error) {
+// parseJSON is the reference decoding with encoding/json.
+func parseJSON(body []byte) (Request, error) {
 	var rb requestBody
 	if err := json.Unmarshal(body, &rb); err != nil {
-		return parsedRequest{}, err
+		return Request{}, err
 	}
-	p := parsedRequest{Model: rb.Model, Stream: rb.Stream, MaxTokens: rb.MaxTokens, MaxCompletionTokens: rb.MaxCompletionTokens,
+	p := Request{Model: rb.Model, Stream: rb.Stream, MaxTokens: rb.MaxTokens, MaxCompletionTokens: rb.MaxCompletionTokens,
 		System: contentText(rb.System), Prompt: contentText(rb.Prompt)}
 	if len(rb.Messages) > 0 {
-		p.Messages = make([]msgText, len(rb.Messages))
+		p.Messages = make([]Msg, len(rb.Messages))
 		for i, m := range rb.Messages {
-			p.Messages[i] = msgText{m.Role, contentText(m.Content)}
+			p.Messages[i] = Msg{m.Role, contentText(m.Content)}
 		}
 	}
 	return p, nil
@@ -172,14 +210,14 @@ func (s *reqScanner) part() (string, bool) {
 }
 
 // messages reads the messages array (null leaves it empty).
-func (s *reqScanner) messages(out *[]msgText) bool {
+func (s *reqScanner) messages(out *[]Msg) bool {
 	if s.Null() {
 		*out = nil
 		return true
 	}
 	*out = (*out)[:0]
 	return s.Array(func() bool {
-		var m msgText
+		var m Msg
 		// Object refuses null elements and non-objects: unusual.
 		ok := s.Object(func(k []byte) bool {
 			switch {
@@ -195,9 +233,9 @@ func (s *reqScanner) messages(out *[]msgText) bool {
 	})
 }
 
-// scanRequest is the one-pass reading; ok false means "ask encoding/json".
-func scanRequest(body []byte) (parsedRequest, bool) {
-	var p parsedRequest
+// scan is the one-pass reading; ok false means "ask encoding/json".
+func scan(body []byte) (Request, bool) {
+	var p Request
 	seenMessages := false
 	s := reqScanner{jsonscan.New(body)}
 	ok := s.Object(func(k []byte) bool {
