@@ -145,3 +145,40 @@ func TestBenchLockedDatabaseWaits(t *testing.T) {
 		t.Errorf("%d runs stored, want 2 (the one that waited for the lock included)", len(runs))
 	}
 }
+
+// A lock held past the database's busy timeout (here 300 ms, set in its
+// name) ends as a broken database does: exit 1 naming the database, what
+// went wrong and the run directory to import later; every record kept.
+func TestBenchLockedDatabaseGivesUp(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "ttft.db")
+	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", t.TempDir()); code != 0 {
+		t.Fatalf("making the database: exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatalf("locking the database: %v", err)
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK")
+	out := filepath.Join(t.TempDir(), "run")
+	start := time.Now()
+	code, stdout, stderr := runCLI(t, "bench", "-n", "6", "--max-tokens", "4", "--no-progress", "--db", dbPath+"?busy_timeout=300", "--out", out)
+	if code != ExitFail || !strings.Contains(stderr, dbPath) || !strings.Contains(stderr, "locked") || !strings.Contains(stderr, "ttft runs import "+out) {
+		t.Errorf("exit %d, want %d naming %s, the lock and the run directory\nstdout:\n%s\nstderr:\n%s", code, ExitFail, dbPath, stdout, stderr)
+	}
+	if recs, err := record.ReadJSONL(filepath.Join(out, "requests.jsonl")); err != nil || len(recs) != 6 {
+		t.Errorf("requests.jsonl has %d records (%v), want 6", len(recs), err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %v with a 300 ms busy timeout", d)
+	}
+}

@@ -41,9 +41,40 @@ type sqlStore struct {
 	desc string
 }
 
-func openSQLite(ctx context.Context, path string) (Store, error) {
-	if path == "" || strings.ContainsAny(path, "?#") {
-		return nil, fmt.Errorf("opening store: invalid SQLite path %q", path)
+// sqliteBusyTimeout is how long a writer waits for a lock another process
+// holds, unless the database name says otherwise (busy_timeout=MS).
+const sqliteBusyTimeout = 60 * time.Second
+
+// splitSQLiteName reads "PATH[?busy_timeout=MS]": the one option a user
+// may set on a SQLite results database, how long to wait for a lock held
+// by another process before giving up with an error.
+func splitSQLiteName(name string) (path string, busy time.Duration, err error) {
+	path, query, hasQuery := strings.Cut(name, "?")
+	busy = sqliteBusyTimeout
+	if path == "" || strings.Contains(name, "#") {
+		return "", 0, fmt.Errorf("opening store: invalid SQLite path %q", name)
+	}
+	if !hasQuery {
+		return path, busy, nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", 0, fmt.Errorf("opening store %q: reading its options: %w", name, err)
+	}
+	for k, vs := range q {
+		ms, err := strconv.Atoi(vs[len(vs)-1])
+		if k != "busy_timeout" || err != nil || ms < 0 {
+			return "", 0, fmt.Errorf("opening store %q: the one SQLite option is busy_timeout=MILLISECONDS, got %s=%s", name, k, vs[len(vs)-1])
+		}
+		busy = time.Duration(ms) * time.Millisecond
+	}
+	return path, busy, nil
+}
+
+func openSQLite(ctx context.Context, name string) (Store, error) {
+	path, busy, err := splitSQLiteName(name)
+	if err != nil {
+		return nil, err
 	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -55,7 +86,7 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	// _txlock=immediate takes the write lock at BEGIN so two writers never
 	// deadlock on a lock upgrade; WAL lets readers run beside a writer.
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(60000)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")

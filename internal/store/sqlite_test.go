@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func openSQLiteT(t *testing.T) Store {
@@ -150,5 +151,28 @@ func TestSQLiteConcurrentWriters(t *testing.T) {
 	list, err := a.List(ctx, ListOptions{})
 	if err != nil || len(list) != 10 {
 		t.Fatalf("%d runs, %v", len(list), err)
+	}
+}
+
+func TestSQLiteNameOptions(t *testing.T) {
+	for _, c := range []struct {
+		name, path string
+		busy       time.Duration
+		err        bool
+	}{
+		{"ttft.db", "ttft.db", sqliteBusyTimeout, false},
+		{"dir/ttft.db?busy_timeout=250", "dir/ttft.db", 250 * time.Millisecond, false},
+		{"ttft.db?busy_timeout=0", "ttft.db", 0, false},
+		{"ttft.db?busy_timeout=-1", "", 0, true},
+		{"ttft.db?busy_timeout=soon", "", 0, true},
+		{"ttft.db?journal_mode=off", "", 0, true},
+		{"ttft.db#x", "", 0, true},
+		{"?busy_timeout=1", "", 0, true},
+		{"", "", 0, true},
+	} {
+		path, busy, err := splitSQLiteName(c.name)
+		if (err != nil) != c.err || !c.err && (path != c.path || busy != c.busy) {
+			t.Errorf("splitSQLiteName(%q) = %q, %v, %v; want %q, %v, error %v", c.name, path, busy, err, c.path, c.busy, c.err)
+		}
 	}
 }
