@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,30 +101,14 @@ func TestBenchBrokenDatabaseKeepsTheRun(t *testing.T) {
 // is stored. A lock held past the timeout ends as the broken database
 // above does, naming the database and the run directory.
 func TestBenchLockedDatabaseWaits(t *testing.T) {
-	dbPath := filepath.Join(t.TempDir(), "ttft.db")
-	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", t.TempDir()); code != 0 {
-		t.Fatalf("making the database: exit %d\n%s", code, stderr)
-	}
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-		t.Fatalf("locking the database: %v", err)
-	}
+	dbPath, unlock := lockedDatabase(t)
 	const hold = 3 * time.Second
 	locked := time.Now()
 	go func() {
 		time.Sleep(hold)
-		conn.ExecContext(ctx, "COMMIT")
-		conn.Close()
+		unlock()
 	}()
+	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "run")
 	code, stdout, stderr := runCLI(t, "bench", "-n", "6", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", out)
 	if code != 0 {
@@ -150,25 +135,8 @@ func TestBenchLockedDatabaseWaits(t *testing.T) {
 // name) ends as a broken database does: exit 1 naming the database, what
 // went wrong and the run directory to import later; every record kept.
 func TestBenchLockedDatabaseGivesUp(t *testing.T) {
-	dbPath := filepath.Join(t.TempDir(), "ttft.db")
-	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", dbPath, "--out", t.TempDir()); code != 0 {
-		t.Fatalf("making the database: exit %d\n%s", code, stderr)
-	}
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
-		t.Fatalf("locking the database: %v", err)
-	}
-	defer conn.ExecContext(ctx, "ROLLBACK")
+	dbPath, unlock := lockedDatabase(t)
+	defer unlock()
 	out := filepath.Join(t.TempDir(), "run")
 	start := time.Now()
 	code, stdout, stderr := runCLI(t, "bench", "-n", "6", "--max-tokens", "4", "--no-progress", "--db", dbPath+"?busy_timeout=300", "--out", out)
@@ -181,4 +149,40 @@ func TestBenchLockedDatabaseGivesUp(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("took %v with a 300 ms busy timeout", d)
 	}
+}
+
+// lockedDatabase makes a results database with one run in it and holds it
+// locked (BEGIN EXCLUSIVE, as another process's write would) until unlock
+// is called.
+func lockedDatabase(t *testing.T) (path string, unlock func()) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "ttft.db")
+	if code, _, stderr := runCLI(t, "bench", "-n", "2", "--max-tokens", "4", "--no-progress", "--db", path, "--out", t.TempDir()); code != 0 {
+		t.Fatalf("making the database: exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		conn.Close()
+		db.Close()
+		t.Fatalf("locking the database: %v", err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			conn.ExecContext(ctx, "ROLLBACK")
+			conn.Close()
+			db.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return path, unlock
 }

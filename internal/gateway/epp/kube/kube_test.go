@@ -256,7 +256,10 @@ func TestLeaderElectionFailover(t *testing.T) {
 		rctx, rcancel := context.WithCancel(ctx)
 		r.cancel = rcancel
 		e := &Election{Client: cs, Namespace: "ns", Lease: "ttft-epp", Identity: id, Target: &r.flag,
-			LeaseDuration: 1 * time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}
+			// Short for a test, but with room for a loaded machine: a
+			// renewal that misses a 500 ms deadline under go test ./...
+			// loses the lease, and both replicas briefly led.
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
 		go func() { r.done <- e.Run(rctx) }()
 		return r
 	}
@@ -269,7 +272,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b := start("b")
-	time.Sleep(1500 * time.Millisecond) // past a lease duration: b must stay a standby
+	time.Sleep(3500 * time.Millisecond) // past a lease duration: b must stay a standby
 	if !a.flag.get() || b.flag.get() {
 		t.Fatalf("leaders: a %v b %v; want a alone", a.flag.get(), b.flag.get())
 	}
