@@ -38,8 +38,12 @@ func printLOSO(ctx context.Context, w io.Writer, cat *sim.Catalog, corpusPath st
 		case r.E2EMs > 0:
 			tput, perr = fmt.Sprintf("%.0f / %.0f e2e ms", r.E2EMs, r.Pred.E2EMs), pct(r.E2EErr)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s/%s | %s | %s | %d | %s | %d/%d %s | %s %g | %s | %s | %s | %s | %s |\n",
-			r.Source, r.Published, r.Profile, r.Sched, r.Model, r.GPU, r.TP, r.DType, r.Prompt, r.Output, r.Lengths, r.Load, r.Value, ttft, terr, tput, perr, pct(r.ITLErr))
+		sat := ""
+		if r.Saturation {
+			sat = " (sat.)"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s/%s | %s | %s | %d | %s | %d/%d %s | %s %g%s | %s | %s | %s | %s | %s |\n",
+			r.Source, r.Published, r.Profile, r.Sched, r.Model, r.GPU, r.TP, r.DType, r.Prompt, r.Output, r.Lengths, r.Load, r.Value, sat, ttft, terr, tput, perr, pct(r.ITLErr))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| figure | rows | median abs. error |")
@@ -48,16 +52,16 @@ func printLOSO(ctx context.Context, w io.Writer, cat *sim.Catalog, corpusPath st
 		fmt.Fprintf(w, "| %s | %d | %.1f%% |\n", s.Name, s.N, s.Median)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| source (left out) | rows | median abs. TTFT error | median abs. throughput error |")
-	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintln(w, "| source (left out) | rows | median abs. TTFT error | median abs. throughput error | median abs. saturation throughput error |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, s := range sim.SummarizeBySource(res.Rows) {
-		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", s.Source, s.Rows, abspct(s.TTFT), abspct(s.Throughput))
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", s.Source, s.Rows, abspct(s.TTFT), abspct(s.Throughput), abspct(s.Saturation))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Physics scales fitted per left-out source (× the public-figure priors):")
 	for _, src := range foldOrder(res) {
 		s := res.Folds[src]
-		fmt.Fprintf(w, "  without %-14s compute %.2f  fp8 %.2f  fp8(amd) %.2f  mem %.2f  layer %.2f  step %.2f  allreduce %.2f\n", src, s.Compute, s.FP8, s.FP8AMD, s.Mem, s.Layer, s.Step, s.AllReduce)
+		fmt.Fprintf(w, "  without %-14s compute %.2f  fp8 %.2f  fp8(amd) %.2f  mem %.2f  mem(amd) %.2f  layer %.2f  step %.2f  allreduce %.2f\n", src, s.Compute, s.FP8, s.FP8AMD, s.Mem, s.MemAMD, s.Layer, s.Step, s.AllReduce)
 	}
 	return nil
 }

@@ -442,8 +442,9 @@ type StepBreakdown struct {
 	Compute, Memory, Comm, Overhead, Draft, Total float64
 }
 
-// stepTime is the roofline: max(compute, memory) over the TP group, plus
-// the all-reduces, plus software overheads.
+// stepTime is the roofline of each kernel class — the GEMMs' max(compute,
+// weight streaming) plus attention's max(compute, KV reads) — over the TP
+// group, plus the all-reduces, plus software overheads.
 func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	var b StepBreakdown
 	if l.tokens == 0 {
@@ -470,7 +471,9 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	if p.AttnEff > 0 {
 		attnEff *= p.AttnEff
 	}
-	b.Compute = (gemmTime + attn/(d.peak16*attnEff)) / tp
+	gemmC := gemmTime / tp
+	attnC := attn / (d.peak16 * attnEff) / tp
+	b.Compute = gemmC + attnC
 
 	wbytes := d.WeightBytes
 	if d.Model.Experts > 0 {
@@ -483,8 +486,10 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	if p.GQAKVReread && d.Model.KVHeads > 0 {
 		ctxRead *= float64(d.Model.Heads) / float64(d.Model.KVHeads)
 	}
-	bytes := wbytes/tp + d.KVBytesTok*(ctxRead+T)
-	b.Memory = bytes / (d.GPU.BandwidthGBs * 1e9 * p.MemEff)
+	bw := d.GPU.BandwidthGBs * 1e9 * p.MemEff
+	gemmM := wbytes / tp / bw
+	attnM := d.KVBytesTok * (ctxRead + T) / bw
+	b.Memory = gemmM + attnM
 
 	if d.TP > 1 {
 		msg := T * float64(d.Model.Hidden) * 2
@@ -500,7 +505,13 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	if k := d.Config.Speculative.NumSpeculativeTokens; k > 0 && d.Draft != nil && l.decodes > 0 {
 		b.Draft = float64(k) * d.draftStep(l.decodes, l.draftCtx)
 	}
-	b.Total = math.Max(b.Compute, b.Memory) + b.Comm + b.Overhead + b.Draft
+	// Each kernel meets its own roofline: the GEMMs (bound by their FLOPs
+	// or by streaming the weights) and attention (by its FLOPs or by
+	// reading the KV cache) run one after the other in every layer, so a
+	// large decode batch whose GEMMs are compute-bound still waits for
+	// attention to read its context. One roofline over the step's summed
+	// FLOPs and bytes would let the KV reads hide under GEMM compute.
+	b.Total = math.Max(gemmC, gemmM) + math.Max(attnC, attnM) + b.Comm + b.Overhead + b.Draft
 	return b
 }
 

@@ -16,21 +16,26 @@ type PhysicsScales struct {
 	// FP8AMD is fp8_compute_eff_max on AMD GPUs: FP8 GEMM efficiency is a
 	// property of the vendor's kernel library (hipBLASLt on ROCm) as much as
 	// of the engine, so one vendor's FP8 kernels say nothing of the other's.
-	FP8AMD    float64
-	Mem       float64 // mem_eff (HBM bandwidth reached streaming weights and KV)
+	FP8AMD float64
+	Mem    float64 // mem_eff on NVIDIA GPUs (HBM bandwidth reached streaming weights and KV)
+	// MemAMD is mem_eff on AMD GPUs. The fraction of the datasheet
+	// bandwidth a streaming kernel reaches is a property of the memory
+	// system — HBM controllers, the on-die fabric and caches between them
+	// and the cores (MI300X: eight compute dies reaching HBM through
+	// Infinity Fabric and a 256 MB Infinity Cache; NVIDIA: one L2) — so,
+	// as for FP8 GEMMs, one vendor's says nothing of the other's.
+	MemAMD    float64
 	Layer     float64 // layer_overhead_us and decode_layer_overhead_us
 	Step      float64 // step_overhead_ms
 	AllReduce float64 // allreduce_latency_us
 }
 
 // UnitScales leaves every factor unchanged.
-func UnitScales() PhysicsScales { return PhysicsScales{1, 1, 1, 1, 1, 1, 1} }
+func UnitScales() PhysicsScales { return PhysicsScales{1, 1, 1, 1, 1, 1, 1, 1} }
 
 func (s *PhysicsScales) fields() []*float64 {
-	return []*float64{&s.Compute, &s.FP8, &s.FP8AMD, &s.Mem, &s.Layer, &s.Step, &s.AllReduce}
+	return []*float64{&s.Compute, &s.FP8, &s.FP8AMD, &s.Mem, &s.MemAMD, &s.Layer, &s.Step, &s.AllReduce}
 }
-
-// names of the fields, for reports.
 
 // apply scales one profile's physics factors for a GPU of the given
 // vendor; efficiencies stay below 0.95 (no kernel reaches its datasheet
@@ -45,7 +50,11 @@ func (s PhysicsScales) apply(p EngineProfile, vendor string) EngineProfile {
 		}
 		p.FP8ComputeEffMax = clamp(p.FP8ComputeEffMax * f)
 	}
-	p.MemEff = clamp(p.MemEff * s.Mem)
+	if vendor == "amd" {
+		p.MemEff = clamp(p.MemEff * s.MemAMD)
+	} else {
+		p.MemEff = clamp(p.MemEff * s.Mem)
+	}
 	p.LayerOverheadUs *= s.Layer
 	p.DecodeLayerOverheadUs *= s.Layer
 	p.StepOverheadMs *= s.Step
@@ -324,10 +333,13 @@ func Summarize(rs []CorpusResult) []CorpusSummary {
 		add("throughput "+c, r.E2EErr)
 		add("throughput all", r.TErr)
 		add("throughput all", r.E2EErr)
+		if r.Saturation {
+			add("throughput saturation", r.TErr)
+		}
 		add("ITL all", r.ITLErr)
 	}
 	order := []string{"TTFT batch1", "TTFT static", "TTFT closed", "TTFT rate", "TTFT all",
-		"throughput static", "throughput closed", "throughput rate", "throughput all", "ITL all"}
+		"throughput static", "throughput closed", "throughput rate", "throughput all", "throughput saturation", "ITL all"}
 	var out []CorpusSummary
 	for _, k := range order {
 		v := group[k]
@@ -356,12 +368,15 @@ type SourceSummary struct {
 	Source           string
 	Rows             int
 	TTFT, Throughput float64
+	// Saturation is the median |error| of the saturation throughput rows
+	// (CorpusRow.Saturation), NaN where the source publishes none.
+	Saturation float64
 }
 
 // SummarizeBySource groups the errors by source, in first-seen order.
 func SummarizeBySource(rs []CorpusResult) []SourceSummary {
 	var order []string
-	tt, tp, n := map[string][]float64{}, map[string][]float64{}, map[string]int{}
+	tt, tp, sat, n := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}, map[string]int{}
 	for _, r := range rs {
 		if n[r.Source] == 0 {
 			order = append(order, r.Source)
@@ -375,6 +390,9 @@ func SummarizeBySource(rs []CorpusResult) []SourceSummary {
 				tp[r.Source] = append(tp[r.Source], math.Abs(e))
 			}
 		}
+		if r.Saturation && !math.IsNaN(r.TErr) {
+			sat[r.Source] = append(sat[r.Source], math.Abs(r.TErr))
+		}
 	}
 	med := func(v []float64) float64 {
 		if len(v) == 0 {
@@ -384,7 +402,7 @@ func SummarizeBySource(rs []CorpusResult) []SourceSummary {
 	}
 	out := make([]SourceSummary, 0, len(order))
 	for _, s := range order {
-		out = append(out, SourceSummary{Source: s, Rows: n[s], TTFT: med(tt[s]), Throughput: med(tp[s])})
+		out = append(out, SourceSummary{Source: s, Rows: n[s], TTFT: med(tt[s]), Throughput: med(tp[s]), Saturation: med(sat[s])})
 	}
 	return out
 }

@@ -140,7 +140,7 @@ func TestFitPhysicsRecoversScales(t *testing.T) {
 		t.Fatal(err)
 	}
 	cat := LOSOPriors(DefaultCatalog())
-	truth := PhysicsScales{Compute: 1.25, FP8: 0.8, FP8AMD: 1, Mem: 0.85, Layer: 1, Step: 1, AllReduce: 1}
+	truth := PhysicsScales{Compute: 1.25, FP8: 0.8, FP8AMD: 1, Mem: 0.85, MemAMD: 1, Layer: 1, Step: 1, AllReduce: 1}
 	res, err := evalRows(context.Background(), cat, cheapRows(rows), truth)
 	if err != nil {
 		t.Fatal(err)
@@ -183,11 +183,14 @@ func pick(meas, pred float64) float64 {
 // TestLeaveOneSourceOut is the accuracy the simulator reaches on sources it
 // was not fitted to (docs/simulator-validation.md, `ttft sim validate
 // --loso`). The bounds are the medians achieved plus a little slack, so a
-// regression fails (achieved: TTFT 12.5 % overall, batch-1 7.8 %, static
-// 0.8 %, open loop 19.6 %, closed loop 21.2 %; throughput 12.6 %, closed
-// loop 2.0 %). The issue's targets (≤ 15 % overall, ≤ 25 % per category)
-// are met; saturation throughput within 10 % is not everywhere — see the
-// docs for why.
+// regression fails (achieved: TTFT 12.6 % overall, batch-1 7.2 %, static
+// 0.7 %, open loop 15.4 %, closed loop 17.3 %; throughput 11.3 %, static
+// 11.6 %, open loop 10.5 %, closed loop 4.8 %, saturation 10.0 % — the
+// TensorRT-LLM tables 9.9 %; ITL 12.2 %). The issue's TTFT targets (≤ 15 %
+// overall, ≤ 25 % per category) are met; saturation throughput is at the
+// 10 % line overall (10.001 %) and within it for every source but two
+// (the MI300X and SGLang bursts) — see the docs for why. Throughput closed loop (three
+// rows) read 2.0 % before the per-kernel roofline; its bound stays 8 %.
 func TestLeaveOneSourceOut(t *testing.T) {
 	rows, err := DefaultCorpus()
 	if err != nil {
@@ -216,16 +219,27 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		{"TTFT all", 14},
 		{"TTFT batch1", 10},
 		{"TTFT static", 5},
-		{"TTFT rate", 23},
-		{"TTFT closed", 25},
-		{"throughput all", 14},
-		{"throughput static", 15},
-		{"throughput rate", 14},
+		{"TTFT rate", 18},
+		{"TTFT closed", 20},
+		{"throughput all", 13},
+		{"throughput static", 13},
+		{"throughput rate", 13},
 		{"throughput closed", 8},
-		{"ITL all", 18},
+		{"throughput saturation", 11},
+		{"ITL all", 14},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
 			t.Errorf("%s: median |error| %.1f%%, want ≤ %.0f%%", tc.name, got, tc.max)
+		}
+	}
+	// Saturation throughput per source, where it is within the issue's
+	// 10 %: the TensorRT-LLM peak-throughput tables (41 rows) and the two
+	// closed loops at their top concurrency.
+	for _, s := range SummarizeBySource(res.Rows) {
+		t.Logf("%-14s saturation throughput median |error| %5.1f%%", s.Source, s.Saturation)
+		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8}[s.Source]
+		if ok && !(s.Saturation <= max) {
+			t.Errorf("%s: saturation throughput median |error| %.1f%%, want ≤ %.0f%%", s.Source, s.Saturation, max)
 		}
 	}
 }
@@ -372,5 +386,101 @@ func TestCorpusRowMaxSeqs(t *testing.T) {
 		if d.MaxNumSeqs != tc.want {
 			t.Errorf("max_seqs %d: deployment batches %d, want %d", tc.seqs, d.MaxNumSeqs, tc.want)
 		}
+	}
+}
+
+// TestMarkSaturation: which rows count as saturation throughput is decided
+// by the load alone — static batches publishing a throughput, bursts, the
+// top concurrency of a closed-loop sweep of two or more points — never by
+// open-loop rates (their req/s over a finite run is set by the drain of
+// the longest requests) or lone points.
+func TestMarkSaturation(t *testing.T) {
+	head := "source,url,engine,version,profile,sched,frontend,model,gpu,tp,dtype,kv,prompt,output,lengths,load,value,requests,ttft_ms,ttft_stat,e2e_ms,tput,tput_unit\n"
+	row := func(src, load, value, prompt, ttft, e2e, tput string) string {
+		return src + ",https://x,vllm,1,vllm,v1,http,llama-3.1-8b,h100-sxm,1,bf16,auto," + prompt + ",128,fixed," + load + "," + value + ",0," + ttft + ",p50," + e2e + "," + tput + ",req_s\n"
+	}
+	body := head +
+		row("a", "static", "64", "128", "", "", "100") + // peak-throughput table: yes
+		row("a", "static", "8", "128", "", "900", "") + // latency table (e2e only): no
+		row("b", "burst", "1000", "128", "", "", "5") + // rate inf: yes
+		row("c", "closed", "1", "256", "20", "", "1") + // sweep of three, not the top: no
+		row("c", "closed", "32", "260", "90", "", "30") + // top of the sweep (means differ a little): yes
+		row("c", "closed", "8", "256", "40", "", "") + // no throughput published: no
+		row("d", "closed", "1", "1024", "", "", "75") + // a lone point: no
+		row("e", "rate", "4", "206", "50", "", "3") + // open loop: no
+		row("e", "rate", "32", "206", "160", "", "8") // top rate of an open loop: no
+	rows, err := ParseCorpus(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, true, false, true, false, false, false, false}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, r := range rows {
+		if r.Saturation != want[i] {
+			t.Errorf("row %d (%s %s %g): saturation %v, want %v", i+1, r.Source, r.Load, r.Value, r.Saturation, want[i])
+		}
+	}
+}
+
+// TestKernelRoofline: GEMMs and attention meet their rooflines one after
+// the other. A batch-1 decode (both memory-bound) takes the bytes' time; a
+// large decode batch whose GEMMs are compute-bound still pays for reading
+// its KV cache, so it takes clearly longer than one roofline over the
+// step's summed FLOPs and bytes would give.
+func TestKernelRoofline(t *testing.T) {
+	d, err := Resolve(nil, Config{Model: "llama-2-13b", GPU: "h200", Engine: "trtllm", Quantization: "fp8", KVCacheDtype: "fp8", MaxModelLen: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		b, ctx   int
+		min, max float64 // (total − comm − overheads) / max(compute, memory)
+	}{
+		{"batch 1, memory-bound", 1, 1024, 1, 1.01},
+		{"batch 1024, compute-bound GEMMs + KV reads", 1024, 192, 1.5, 2.1},
+	} {
+		bd := d.DecodeTime(tc.b, tc.ctx)
+		r := (bd.Total - bd.Comm - bd.Overhead) / math.Max(bd.Compute, bd.Memory)
+		t.Logf("%s: ×%.3f", tc.name, r)
+		if r < tc.min || r > tc.max {
+			t.Errorf("%s: kernel time %.2f ms is ×%.2f of max(compute %.2f, memory %.2f) ms, want ×%g–%g", tc.name, (bd.Total-bd.Comm-bd.Overhead)*1e3, r, bd.Compute*1e3, bd.Memory*1e3, tc.min, tc.max)
+		}
+	}
+}
+
+// TestFitInSample fits the physics on every source at once and reports how
+// well the model's form can reproduce the saturation rows it was fitted
+// to — the in-sample counterpart of TestLeaveOneSourceOut, which shows
+// what the form allows when the priors are not the limit (achieved: the
+// 41 TensorRT-LLM peak-throughput rows at 8.5 %, loss 0.0226). The model
+// before this form — one roofline per step, one memory efficiency for
+// both vendors — read 11.3 % at loss 0.0273.
+func TestFitInSample(t *testing.T) {
+	rows, err := DefaultCorpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := LOSOPriors(DefaultCatalog())
+	s, loss, err := FitPhysics(cat, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := evalRows(context.Background(), cat, cheapRows(rows), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sat []float64
+	for _, r := range res {
+		if r.Saturation && !math.IsNaN(r.TErr) {
+			sat = append(sat, math.Abs(r.TErr))
+		}
+	}
+	med := medianOf(sat)
+	t.Logf("in sample: loss %.4f, scales %+v, static saturation rows %d, median |error| %.1f%%", loss, s, len(sat), med)
+	if len(sat) != 41 || med > 9.5 || loss > 0.024 {
+		t.Errorf("in-sample fit: %d saturation rows at median %.1f%%, loss %.4f; want 41 at ≤ 9.5%%, loss ≤ 0.024", len(sat), med, loss)
 	}
 }
