@@ -66,6 +66,9 @@ type member struct {
 	draining, scrapeOK atomic.Bool
 	fails              int // consecutive scrape failures (scrape loop only)
 	running            atomic.Uint64
+	// dest: the destination header and metadata naming this endpoint
+	// alone (Server.destinationOf).
+	dest atomic.Pointer[destination]
 	// mu orders update calls: a scrape's verdict computed before a
 	// SetDraining must not land after it.
 	mu sync.Mutex

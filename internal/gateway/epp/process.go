@@ -106,7 +106,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 			// The body will come, or not, after this answer; the pick
 			// rides on the body's (BUFFERED).
 			x.headersAnswered = true
-			return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}})
+			return x.send(x.s.canned.requestHeaders)
 		}
 	case *extprocv3.ProcessingRequest_RequestBody:
 		b := v.RequestBody
@@ -118,12 +118,19 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 			x.s.m.decided(resultBadRequest)
 			return x.immediate(typev3.StatusCode_PayloadTooLarge, "invalid_request_error", fmt.Sprintf("request body exceeds %d bytes", x.s.opts.MaxBodyBytes))
 		}
-		x.body = append(x.body, b.GetBody()...)
+		if x.body == nil && b.GetEndOfStream() {
+			// The whole body in one message, as most requests come: the
+			// message is this stream's own and the picker only reads it,
+			// so it is kept rather than copied.
+			x.body = b.GetBody()
+		} else {
+			x.body = append(x.body, b.GetBody()...)
+		}
 		if b.GetEndOfStream() {
 			return x.decide(now, true)
 		}
 		if !x.reqDuplex && !x.reqBuffered {
-			return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
+			return x.send(x.s.canned.requestBody)
 		}
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if !x.decided {
@@ -133,10 +140,10 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 				return err
 			}
 		}
-		return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+		return x.send(x.s.canned.requestTrailers)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.responseHeaders(v.ResponseHeaders.GetHeaders(), req.GetMetadataContext())
-		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}); err != nil {
+		if err := x.send(x.s.canned.responseHeaders); err != nil {
 			return err
 		}
 		if v.ResponseHeaders.GetEndOfStream() {
@@ -146,13 +153,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 		b := v.ResponseBody
 		// Forward first, count after: the bookkeeping stays out of the
 		// client's time to first token.
-		var r *extprocv3.ProcessingResponse
+		r := x.s.canned.responseBody
 		if x.respDuplex {
-			r = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
-				Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-					StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}}}}
-		} else {
-			r = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+			r = streamedBodyResponse(false, b.GetBody(), b.GetEndOfStream())
 		}
 		if err := x.send(r); err != nil {
 			return err
@@ -166,7 +169,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 		}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		x.end()
-		return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
+		return x.send(x.s.canned.responseTrailers)
 	}
 	return nil
 }
@@ -183,13 +186,15 @@ func (x *exchange) decide(bodyEnd time.Time, eos bool) error {
 		return x.immediate(d.status, d.errType, d.msg)
 	}
 	x.t, x.primary = d.t, d.t.Backend.Name()
-	common := &extprocv3.CommonResponse{
-		// The destination header selects the route's upstream host: the
-		// route must be recomputed with it.
-		ClearRouteCache: true,
-		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: s.destHeaders(d.dest, len(x.body))},
+	var dest *destination
+	if m := s.pool.get(d.dest); m != nil {
+		// The chosen endpoint alone (no fallbacks): its own, built once.
+		dest = s.destinationOf(m)
+	} else {
+		dest = &destination{header: s.destHeader(d.dest), meta: s.destMetadata(d.dest)}
 	}
-	md := s.destMetadata(d.dest)
+	a := newPickAnswer(dest, len(x.body))
+	common, md := &a.common, dest.meta
 	if x.headersAnswered {
 		// Not full duplex: the pick rides on the body's (or trailers')
 		// answer. BUFFERED holds the headers until then, so the header
@@ -204,7 +209,7 @@ func (x *exchange) decide(bodyEnd time.Time, eos bool) error {
 		x.decidedIn(bodyEnd)
 		return err
 	}
-	if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: common}}, DynamicMetadata: md}); err != nil {
+	if err := x.send(&a.r); err != nil {
 		return err
 	}
 	x.decidedIn(bodyEnd)
@@ -217,9 +222,7 @@ func (x *exchange) decide(bodyEnd time.Time, eos bool) error {
 	for {
 		n := min(len(b), maxChunk)
 		last := n == len(b)
-		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
-			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b[:n], EndOfStream: last && eos}}}}}}}); err != nil {
+		if err := x.send(streamedBodyResponse(true, b[:n], last && eos)); err != nil {
 			return err
 		}
 		b = b[n:]
@@ -276,14 +279,41 @@ func (x *exchange) responseHeaders(hm *corev3.HeaderMap, md *corev3.Metadata) {
 		}
 		return
 	}
-	if x.s.pool.get(served) != nil {
-		x.s.m.served.WithLabelValues(served, "false").Inc()
-	}
 	// The data plane moved on from the chosen endpoint: it failed (refused
 	// the connection, or answered with a status the retry policy retries).
-	// The fallback's answer is not the chosen endpoint's to learn from.
-	x.t.End(sched.OutcomeFailed)
-	x.t, x.ended = nil, true
+	m := x.s.pool.get(served)
+	if m == nil {
+		// An endpoint the picker does not know: nothing to learn about it.
+		x.t.End(sched.OutcomeFailed)
+		x.t, x.ended = nil, true
+		return
+	}
+	x.s.m.served.WithLabelValues(served, "false").Inc()
+	// The answer, its TTFT included, is the fallback's: the rest of the
+	// exchange is accounted to it.
+	x.t, x.primary = x.s.redirect(x.t, m.b, x.body), served
+	x.ended = x.t == nil
+}
+
+// redirect moves a ticket to the endpoint that served its request in
+// place of the chosen one (sched.Scheduler.Redirect): the chosen one's
+// ticket ends as a failure and the one returned learns the fallback's
+// TTFT. The body is parsed and hashed again, as it was for the pick, on
+// this rare path rather than keeping every request's hashes on the common
+// one.
+func (s *Server) redirect(t *sched.Ticket, to *sched.Backend, body []byte) *sched.Ticket {
+	r, err := parseBody(body)
+	if err != nil {
+		// The pick parsed it: unreachable, but never leave t dangling.
+		t.End(sched.OutcomeFailed)
+		return nil
+	}
+	h := s.hashers.Get().(*sched.BlockHasher)
+	h.Reset()
+	defer s.hashers.Put(h)
+	r.Hash(h)
+	req := sched.Request{Model: r.Model, PromptTokens: h.Bytes() / 4, Blocks: h.Hashes()}
+	return s.sched.Redirect(t, to, &req)
 }
 
 // end finishes the ticket when the response is complete.
@@ -350,28 +380,6 @@ func subsetHint(md *corev3.Metadata, ns, key string) ([]string, bool) {
 // metadataString is a string under key in namespace ns.
 func metadataString(md *corev3.Metadata, ns, key string) string {
 	return md.GetFilterMetadata()[ns].GetFields()[key].GetStringValue()
-}
-
-// destHeaders is the request header mutation naming the destination, and
-// the body's length: Envoy drops Content-Length in full-duplex mode unless
-// it is set again.
-func (s *Server) destHeaders(dest string, bodyLen int) []*corev3.HeaderValueOption {
-	hs := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: s.opts.DestinationKey, RawValue: []byte(dest)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
-	if bodyLen > 0 {
-		hs = append(hs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-length", RawValue: strconv.AppendInt(nil, int64(bodyLen), 10)},
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
-	}
-	return hs
-}
-
-// destMetadata is the dynamic metadata naming the destination: the same
-// value as the header, as the protocol requires.
-func (s *Server) destMetadata(dest string) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		s.opts.DestinationNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			s.opts.DestinationKey: structpb.NewStringValue(dest)}}),
-	}}
 }
 
 // decision is a pick, or the status to refuse the request with.

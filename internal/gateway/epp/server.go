@@ -88,6 +88,12 @@ type Options struct {
 	// InferencePool's pods) that calls EndpointsSynced once it has listed
 	// them; readiness waits for it.
 	DiscoveredEndpoints bool
+	// ServerOptions are added after the picker's own (serverOptions) to
+	// the gRPC server Serve starts.
+	ServerOptions []grpc.ServerOption
+	// bareServer: Serve starts its gRPC server with ServerOptions alone
+	// (tests compare the picker's settings with gRPC's defaults).
+	bareServer bool
 	// Log gets errors and endpoint changes (nil: discarded).
 	Log *slog.Logger
 	// HTTPClient scrapes the endpoints (nil: a client of its own).
@@ -152,6 +158,7 @@ type Server struct {
 	health  *health.Server
 	hashers sync.Pool // *sched.BlockHasher
 	m       *metrics
+	canned  cannedResponses
 	// listed: the endpoint set is known (at once for a static list, after
 	// the discovery's first listing otherwise); synced: the endpoints have
 	// been scraped once since; leader: this replica may serve (always,
@@ -172,7 +179,7 @@ func New(opts Options, eps []Endpoint) (*Server, error) {
 			return nil, fmt.Errorf("default class: %w", err)
 		}
 	}
-	s := &Server{opts: opts, health: health.NewServer(), m: newMetrics(opts.Registerer)}
+	s := &Server{opts: opts, health: health.NewServer(), m: newMetrics(opts.Registerer), canned: newCannedResponses()}
 	s.hashers.New = func() any { return sched.NewBlockHasher(sched.DefaultBlockBytes) }
 	sc, err := sched.New(sched.Options{Policy: opts.Policy, Seed: opts.Seed}, nil)
 	if err != nil {
@@ -305,7 +312,7 @@ func (s *Server) Run(ctx context.Context) {
 // Serve serves the picker on ln until ctx ends, then stops gracefully
 // (streams in flight finish, for at most grace).
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(s.serverOptions()...)
 	s.Register(gs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,6 +338,39 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		return fmt.Errorf("endpoint picker: %w", err)
 	}
 	return nil
+}
+
+// Flow-control windows of the gRPC server Serve starts.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
+
+// serverOptions are the settings of the gRPC server Serve starts, for a
+// data plane that opens one stream per HTTP request over a few
+// long-lived connections.
+//
+// Static flow-control windows: gRPC's default, a window sized by
+// bandwidth-delay estimation, sends a ping whenever data arrives and no
+// ping is out, and every request body is such data: a ping and its
+// acknowledgement per request on a quiet connection, one per round trip
+// on a busy one, for an estimate a loopback or same-node link does not
+// need (Envoy's HTTP/2 client keeps configured, static windows). 1 MiB per stream
+// takes a chat request body in one window.
+//
+// Not gRPC's stream workers (NumStreamWorkers), although they remove the
+// stack growth of a goroutine per stream: an ext_proc stream lasts as
+// long as its HTTP response streams (seconds), so with a handful of
+// workers all of them are busy under load and gRPC starts a goroutine
+// per stream anyway; they help only a benchmark's short streams.
+//
+// docs/endpoint-picker.md ("Decision overhead") has the measurements.
+func (s *Server) serverOptions() []grpc.ServerOption {
+	if s.opts.bareServer {
+		return s.opts.ServerOptions
+	}
+	return append([]grpc.ServerOption{grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow)},
+		s.opts.ServerOptions...)
 }
 
 // sheddable reports whether requests of class may be shed.
