@@ -59,7 +59,7 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "maximum tokens per sequence (0: the model's)")
 	fs.IntVar(&c.BlockSize, "block-size", 16, "KV cache block size in tokens")
 	fs.BoolVar(&f.noChunked, "no-enable-chunked-prefill", false, "schedule whole prompts only")
-	fs.StringVar(&c.Scheduler, "scheduler", "v1", "v1 (vLLM ≥ 0.8: chunked prefill mixed with decodes) or v0 (vLLM ≤ 0.6: prefill steps first, never mixed)")
+	fs.StringVar(&c.Scheduler, "scheduler", "", "v1 (vLLM ≥ 0.8: chunked prefill mixed with decodes) or v0 (vLLM ≤ 0.6: prefill steps first, never mixed); empty: the engine profile's (vllm: v1; vllm-v0, tgi, lmdeploy, sglang: v0)")
 	fs.StringVar(&c.Engine, "engine-profile", "vllm", "calibrated overhead profile: vllm, trtllm, sglang or one from --catalog")
 	fs.IntVar(&f.specToks, "num-speculative-tokens", 0, "speculative decoding: draft tokens per step (0: off)")
 	fs.Float64Var(&f.specAcc, "spec-acceptance", 0.7, "speculative decoding: per-token acceptance probability")

@@ -110,6 +110,17 @@ type EngineProfile struct {
 	// decodes: vLLM ≤ 0.7, TGI, lmdeploy TurboMind, SGLang's default
 	// policy). Empty: v1.
 	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	// WaitingServedRatio and MaxWaitingTokens are TGI's router policy
+	// for starting a prefill while a batch is decoding (v0 scheduler
+	// only; 0: off, prefill as soon as a prompt waits). A new prefill
+	// batch starts only when the prompts it would take number at least
+	// WaitingServedRatio × the running sequences, or when
+	// MaxWaitingTokens decode steps have run since the last prefill; in
+	// between, waiting requests sit out decode steps. TGI's launcher
+	// defaults (1.x–2.0): 1.2 and 20. With an idle engine a prompt
+	// starts at once, so batch-1 latency is unaffected.
+	WaitingServedRatio float64 `yaml:"waiting_served_ratio,omitempty" json:"waiting_served_ratio,omitempty"`
+	MaxWaitingTokens   int     `yaml:"max_waiting_tokens,omitempty" json:"max_waiting_tokens,omitempty"`
 	// GQAKVReread: the engine's decode-attention kernel reads each KV head
 	// once per query head instead of once per group (TensorRT-LLM's
 	// masked-MHA kernel before XQA, v0.5–0.6), so a grouped-query model's

@@ -3,11 +3,13 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	_ "embed"
 	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -71,6 +73,15 @@ type CorpusRow struct {
 	// saturation throughput (markSaturation): the figure issue #16 asks
 	// to be within 10 %.
 	Saturation bool
+	// Sweep is how the published sweep was run: "desc" — its loads from
+	// the highest down, one after another on one server, with the same
+	// seeded prompts each time — or "" (each run on a fresh server).
+	Sweep string
+	// PriorRates are the loads the same server ran before this row's
+	// (Sweep "desc": the sweep's higher rates, in the order run), and
+	// SweepSeed the seed of the prompts every run of the sweep sent.
+	PriorRates []float64
+	SweepSeed  uint64
 }
 
 // Category is the load category a row's figures are reported under.
@@ -141,6 +152,7 @@ func ParseCorpus(r io.Reader) ([]CorpusRow, error) {
 			TTFTMs: p.float("ttft_ms"), TTFTStat: p.str("ttft_stat"), ITLMs: p.float("itl_ms"), ITLStat: p.str("itl_stat"),
 			E2EMs: p.float("e2e_ms"), Tput: p.float("tput"), TputUnit: p.str("tput_unit"),
 			MemUtil: p.float("mem_util"), MaxLen: p.int("max_len"), MaxSeqs: p.int("max_seqs"), Warmup: p.int("warmup"), Notes: p.str("notes"),
+			Sweep: p.str("sweep"),
 		}
 		if p.err != nil {
 			return nil, p.err
@@ -152,7 +164,41 @@ func ParseCorpus(r io.Reader) ([]CorpusRow, error) {
 		rows = append(rows, row)
 	}
 	markSaturation(rows)
+	linkSweeps(rows)
 	return rows, nil
+}
+
+// linkSweeps gives every row of a "desc" sweep the rates its server ran
+// before it (the sweep's higher rates, highest first) and the seed of the
+// prompts all its runs sent: the first run's line.
+func linkSweeps(rows []CorpusRow) {
+	rates := map[string][]float64{}
+	first := map[string]int{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Sweep != "desc" {
+			continue
+		}
+		k := r.sweepKey()
+		rates[k] = append(rates[k], r.Value)
+		if f, ok := first[k]; !ok || r.Value > rows[f].Value {
+			first[k] = i
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Sweep != "desc" {
+			continue
+		}
+		k := r.sweepKey()
+		for _, v := range rates[k] {
+			if v > r.Value {
+				r.PriorRates = append(r.PriorRates, v)
+			}
+		}
+		slices.SortFunc(r.PriorRates, func(a, b float64) int { return cmp.Compare(b, a) })
+		r.SweepSeed = uint64(rows[first[k]].Line)
+	}
 }
 
 // sweepKey identifies one published sweep: the same source, deployment and
@@ -237,6 +283,13 @@ func (r *CorpusRow) check() error {
 	}
 	if _, _, err := parseLengths(r.Lengths); err != nil {
 		return bad("%v", err)
+	}
+	switch {
+	case r.Sweep == "":
+	case r.Sweep != "desc":
+		return bad("unknown sweep %q (known: desc)", r.Sweep)
+	case r.Load != LoadRate:
+		return bad("sweep desc is for open-loop rate sweeps, not %s", r.Load)
 	}
 	return nil
 }

@@ -28,6 +28,11 @@ func (r *CorpusRow) config() Config {
 	if r.MaxSeqs > 0 {
 		c.MaxNumSeqs = r.MaxSeqs
 	}
+	if r.Engine == "vllm" && r.Sched == "v1" {
+		// vLLM V1 caches prompt prefixes by default. Distinct prompts
+		// never hit; a sweep that re-sends its prompts does (Sweep).
+		c.EnablePrefixCaching = true
+	}
 	switch r.Sched {
 	case "v0", "static":
 		c.Scheduler = "v0"
@@ -149,6 +154,23 @@ func predictServed(ctx context.Context, d *Deployment, r *CorpusRow) (CorpusPred
 		n = 200
 	}
 	opt.Requests = n
+	if len(r.PriorRates) > 0 {
+		// The server ran the sweep's higher rates first with the same
+		// prompts: replay them on the engine this row then runs on, so
+		// its prefix cache holds what theirs left (all of it, or what
+		// later blocks did not evict).
+		opt.Engine = NewEngine(d)
+		for _, rate := range r.PriorRates {
+			src, err := rowSource(d, r, n)
+			if err != nil {
+				return CorpusPred{}, err
+			}
+			prior := RunOptions{Seed: 1, Rate: rate, Requests: n, Engine: opt.Engine}
+			if _, err := Run(ctx, d, src, prior, func(*record.Record) error { return nil }); err != nil {
+				return CorpusPred{}, fmt.Errorf("corpus line %d, earlier run at %g req/s: %w", r.Line, rate, err)
+			}
+		}
+	}
 	src, err := rowSource(d, r, n+opt.Warmup)
 	if err != nil {
 		return CorpusPred{}, err
@@ -205,7 +227,12 @@ func rowSource(d *Deployment, r *CorpusRow, n int) (workload.Source, error) {
 	}
 	switch kind {
 	case "geom":
-		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Geometric: true, MaxPrompt: min(4*r.Prompt, d.MaxModelLen/2), Requests: n, Seed: uint64(r.Line)}, nil
+		src := &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Geometric: true, MaxPrompt: min(4*r.Prompt, d.MaxModelLen/2), Requests: n, Seed: uint64(r.Line)}
+		if r.Sweep != "" {
+			// Every run of the sweep sent the same prompts.
+			src.Seed, src.Tokens = r.SweepSeed, true
+		}
+		return src, nil
 	case "uniform":
 		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Uniform: true, Requests: n, Seed: uint64(r.Line)}, nil
 	case "eos":
@@ -250,6 +277,9 @@ func logErr(pred, meas float64) (float64, bool) {
 // length mix at each rate; it gives up above maxRate.
 func SustainableRate(ctx context.Context, cat *Catalog, row CorpusRow, sloP90Ms, maxRate float64) (float64, error) {
 	row.Load, row.TTFTStat = LoadRate, "p90"
+	// The planner's question is about a fresh server and prompts it has
+	// not seen: no earlier runs of the published sweep warm its cache.
+	row.Sweep, row.PriorRates = "", nil
 	d, err := resolveRow(cat, &row)
 	if err != nil {
 		return 0, err

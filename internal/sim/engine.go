@@ -116,6 +116,9 @@ type Engine struct {
 	// words tokenises replies for the output blocks' hashes (nil: the
 	// default tokenizer's).
 	words *OutputTokens
+	// decodesSincePrefill counts decode-only steps since the last
+	// prefill step (v0 scheduler), for the profile's waiting policy.
+	decodesSincePrefill int
 	// noOutputCache caches prompt blocks only (the simulator before output
 	// caching), for tests that compare the two.
 	noOutputCache bool
@@ -352,9 +355,14 @@ func (e *Engine) schedule(now time.Duration) (preempted int) {
 	if d.Config.Scheduler == "v0" {
 		// vLLM ≤ 0.6 default: a step prefills whole waiting prompts if any
 		// fit, and only otherwise decodes the running ones.
-		budget = e.schedWaiting(now, budget, false)
+		if e.prefillAllowed(budget) {
+			budget = e.schedWaiting(now, budget, false)
+		}
 		if len(e.batch) == 0 {
 			_, preempted = e.schedRunning(budget)
+			e.decodesSincePrefill++
+		} else {
+			e.decodesSincePrefill = 0
 		}
 		return preempted
 	}
@@ -364,6 +372,33 @@ func (e *Engine) schedule(now time.Duration) (preempted int) {
 		e.schedWaiting(now, budget, !d.Config.DisableChunkedPrefill)
 	}
 	return preempted
+}
+
+// prefillAllowed applies the profile's waiting policy (TGI's router):
+// with sequences decoding, a prefill batch starts only when the prompts
+// it would take (FCFS, whole, within budget) number at least
+// WaitingServedRatio × the running sequences, or once MaxWaitingTokens
+// decode steps have run since the last prefill. Without the policy, or
+// with nothing running, it always may.
+func (e *Engine) prefillAllowed(budget int) bool {
+	p := &e.d.Profile
+	if p.WaitingServedRatio <= 0 || len(e.running) == 0 || e.NumWaiting() == 0 {
+		return true
+	}
+	if p.MaxWaitingTokens > 0 && e.decodesSincePrefill >= p.MaxWaitingTokens {
+		return true
+	}
+	need := int(math.Floor(float64(len(e.running)) * p.WaitingServedRatio))
+	fit := 0
+	for _, s := range e.waiting[e.wHead:] {
+		n := s.numTokens() - s.numComputed
+		if n > budget || fit >= need {
+			break
+		}
+		budget -= n
+		fit++
+	}
+	return fit >= need
 }
 
 // schedRunning batches the running sequences, in order, while the budget

@@ -306,3 +306,62 @@ func TestSchedulerPolicies(t *testing.T) {
 		t.Error("unknown scheduler accepted")
 	}
 }
+
+// TestWaitingServedRatio checks TGI's router policy (the tgi profile): a
+// prompt arriving at an idle engine is prefilled in the next step, one
+// arriving while 4 sequences decode waits until 1.2 × 4 = 4 prompts wait
+// or 20 decode steps have run; without the policy it goes at once.
+func TestWaitingServedRatio(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ratio       float64
+		maxWait     int
+		newcomers   int
+		wantDecodes int // decode steps before the newcomers' prefill
+	}{
+		{"off", 0, 0, 1, 0},
+		{"one waits for max_waiting_tokens", 1.2, 20, 1, 20},
+		{"enough waiting", 1.2, 20, 4, 0},
+		{"ratio only, enough waiting", 1.2, 0, 4, 0},
+		{"ratio only, one waits past 50 steps", 1.2, 0, 1, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Resolve(nil, Config{Model: "llama-3.1-8b", GPU: "h100-sxm", Engine: "tgi", MaxModelLen: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Config.Scheduler != "v0" || d.Profile.WaitingServedRatio != 1.2 || d.Profile.MaxWaitingTokens != 20 {
+				t.Fatalf("tgi profile: scheduler %q, ratio %g, max waiting %d; want v0, 1.2, 20", d.Config.Scheduler, d.Profile.WaitingServedRatio, d.Profile.MaxWaitingTokens)
+			}
+			d.Profile.WaitingServedRatio, d.Profile.MaxWaitingTokens = tc.ratio, tc.maxWait
+			e := NewEngine(d)
+			// Four prompts at an idle engine: prefilled in the first step.
+			for range 4 {
+				s, _ := e.NewSeq(100, 200, nil)
+				e.Add(s, 0)
+			}
+			res := e.Step(0)
+			if len(res.Emits) != 4 {
+				t.Fatalf("idle engine: first step emitted %d first tokens, want 4", len(res.Emits))
+			}
+			now := res.End
+			var fresh []*Seq
+			for range tc.newcomers {
+				s, _ := e.NewSeq(100, 5, nil)
+				e.Add(s, now)
+				fresh = append(fresh, s)
+			}
+			decodes := 0
+			for ; decodes < 50; decodes++ {
+				res = e.Step(now)
+				now = res.End
+				if fresh[0].numComputed > 0 {
+					break
+				}
+			}
+			if decodes != tc.wantDecodes {
+				t.Errorf("newcomers prefilled after %d decode steps, want %d", decodes, tc.wantDecodes)
+			}
+		})
+	}
+}

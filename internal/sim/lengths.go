@@ -37,6 +37,11 @@ type EOSLengthSource struct {
 	MaxPrompt int
 	Requests  int
 	Seed      uint64
+	// Tokens gives each prompt token IDs, distinct between requests and
+	// the same for the same request of any source with the same Seed: a
+	// benchmark re-sending its seeded dataset, whose prompts a prefix
+	// cache finds again. Off: prompts carry lengths only (never shared).
+	Tokens bool
 
 	rng    *rand.Rand
 	hazard float64
@@ -73,6 +78,12 @@ func (s *EOSLengthSource) Next(ctx context.Context) (*workload.Request, error) {
 		}
 	}
 	r := &workload.Request{Index: s.i, PromptTokens: p, MaxTokens: o, MinTokens: o}
+	if s.Tokens {
+		// The first token tells requests apart; block hashes chain, so
+		// every block of the prompt differs from other requests'.
+		r.Tokens = make([]int, p)
+		r.Tokens[0] = 1 + s.i
+	}
 	s.i++
 	return r, nil
 }

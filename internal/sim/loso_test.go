@@ -216,20 +216,20 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		name string
 		max  float64
 	}{
-		{"TTFT all", 14},
+		{"TTFT all", 13.5},
 		{"TTFT batch1", 10},
 		{"TTFT static", 5},
-		{"TTFT rate", 18},
+		{"TTFT rate", 15},
 		{"TTFT closed", 20},
-		{"throughput all", 13},
+		{"throughput all", 12},
 		{"throughput static", 13},
-		{"throughput rate", 13},
+		{"throughput rate", 9},
 		{"throughput closed", 8},
 		{"throughput saturation", 11},
-		{"ITL all", 14},
+		{"ITL all", 11},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
-			t.Errorf("%s: median |error| %.1f%%, want ≤ %.0f%%", tc.name, got, tc.max)
+			t.Errorf("%s: median |error| %.1f%%, want ≤ %g%%", tc.name, got, tc.max)
 		}
 	}
 	// Saturation throughput per source, where it is within the issue's
@@ -272,11 +272,12 @@ func TestProfileScheduler(t *testing.T) {
 // Poisson rate one replica carries within a P90 TTFT limit — of published
 // deployments (IOG's vLLM 0.8.5 sweeps, ShareGPT lengths, 200 requests)
 // and compares it with the bracket their own sweeps give: the highest
-// measured rate within the limit and the lowest beyond it. Two of four
+// measured rate within the limit and the lowest beyond it. Three of four
 // land in their bracket (or above the highest rate measured, where none
-// missed); the two 70B deployments on two PCIe GPUs are predicted above it
-// (docs/simulator-validation.md says why). The bounds pin that, so a
-// change either way shows.
+// missed) — the FP8 70B on two H100 PCIe since their all-reduces go over
+// PCIe, not NVLink; the BF16 70B on the same pair is still predicted
+// above it (docs/simulator-validation.md says why). The bounds pin that,
+// so a change either way shows.
 func TestSustainableRatePublished(t *testing.T) {
 	got, err := PublishedCapacity(context.Background(), DefaultCatalog(), nil)
 	if err != nil {
@@ -288,7 +289,7 @@ func TestSustainableRatePublished(t *testing.T) {
 	}{
 		{16, 32, "inside"},
 		{32, 64, "consistent"},
-		{16, 48, "above"},
+		{16, 32, "inside"},
 		{1, 10, "above"},
 	}
 	if len(got) != len(want) {

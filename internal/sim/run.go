@@ -44,6 +44,11 @@ type RunOptions struct {
 	// Next while requests are in flight before advancing the simulation; it
 	// only matters for sources whose next request depends on a reply.
 	NextWait time.Duration
+	// Engine, when set, is an idle engine of the same deployment to run
+	// on instead of a fresh one: its KV cache, and the prompts its prefix
+	// cache holds, carry over from an earlier run on the same server (a
+	// published sweep whose runs followed each other on one server).
+	Engine *Engine
 }
 
 // RunStats summarises an offline run's engine side.
@@ -141,7 +146,11 @@ type offlineRun struct {
 }
 
 func newOfflineRun(ctx context.Context, d *Deployment, src workload.Source, opt RunOptions, sink func(*record.Record) error) *offlineRun {
-	r := &offlineRun{ctx: ctx, d: d, src: src, opt: opt, sink: sink, eng: NewEngine(d), limit: math.MaxInt}
+	eng := opt.Engine
+	if eng == nil {
+		eng = NewEngine(d)
+	}
+	r := &offlineRun{ctx: ctx, d: d, src: src, opt: opt, sink: sink, eng: eng, limit: math.MaxInt}
 	r.fb, _ = src.(workload.FeedbackSource)
 	r.poll, _ = src.(workload.PollSource)
 	if opt.Tokenizer != nil {
