@@ -254,7 +254,35 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// (there may be no other backend to retry on).
 	retryFrom, retryReason := "", ""
 	for {
+		// Under admission reject or degrade Pick decides admission itself
+		// (sched.Request.Admit), before it dispatches anything; under
+		// best-effort the routing prediction's verdict is only counted.
+		sreq.Admit = route != nil && route.Admission != AdmitBestEffort && !degraded
 		t, err := g.pick(st, sreq, x, lastErr == nil)
+		var refused *sched.Refused
+		if errors.As(err, &refused) {
+			if retryFrom != "" {
+				g.budget.deposit(1) // the retry withdrawn for did not happen
+				retryFrom = ""
+			}
+			x.backend, x.predicted = refused.Backend, refused.Estimate.Bound
+			switch g.admission(w, x, route, refused.RetryAfter) {
+			case admitDone:
+				return
+			case admitDegrade:
+				if nb, err := setModel(body, route.DegradeTo); err == nil {
+					degraded, body = true, nb
+					x.admission = "degrade"
+					g.m.admission.WithLabelValues("degrade").Inc()
+					sreq.Model, x.model = route.DegradeTo, route.DegradeTo
+					continue
+				}
+				// A body that cannot be given another model is tried
+				// where the profile picked, as best-effort.
+				sreq.Admit = false
+				t, err = g.pick(st, sreq, x, lastErr == nil)
+			}
+		}
 		if err != nil {
 			if retryFrom != "" {
 				g.budget.deposit(1) // the retry withdrawn for did not happen
@@ -264,20 +292,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		x.attempts++
 		g.decided(x, t, span)
-		if !t.MeetsSLO {
-			switch g.admission(w, x, t, route, degraded) {
-			case admitDone:
-				return
-			case admitDegrade:
-				if nb, err := setModel(body, route.DegradeTo); err == nil {
-					degraded, body = true, nb
-					x.admission = "degrade"
-					g.m.admission.WithLabelValues("degrade").Inc()
-					sreq.Model, x.model = route.DegradeTo, route.DegradeTo
-					x.attempts--
-					continue
-				}
-			}
+		if !t.MeetsSLO && !sreq.Admit && !degraded {
+			x.admission = "best-effort"
+			g.m.admission.WithLabelValues("best-effort").Inc()
 		}
 		u := st.ups[t.Backend.Name()]
 		bx, ok := forBackend(w, r, x, t, u, body)
@@ -362,39 +379,29 @@ func (g *Gateway) decided(x *exchange, t *sched.Ticket, span trace.Span) {
 	}
 }
 
-// What admission decides for a backend predicted to miss the SLO.
+// What admission decides for a request no backend is predicted to serve
+// within its SLO.
 type admitVerdict int
 
 const (
-	admitGo      admitVerdict = iota // try it (best-effort, or nothing better left)
-	admitDegrade                     // the ticket is given up: re-route to the route's degrade_to
+	admitDegrade admitVerdict = iota // re-route to the route's degrade_to
 	admitDone                        // refused: the client has its 429
 )
 
-// admission applies the route's admission policy to a ticket predicted to
-// miss the request's SLO: best-effort goes on, reject answers 429 with
-// Retry-After, degrade gives the ticket up for the route's lighter model
-// (once: a degraded request goes on).
-func (g *Gateway) admission(w http.ResponseWriter, x *exchange, t *sched.Ticket, route *Route, degraded bool) admitVerdict {
-	if route == nil || route.Admission == AdmitBestEffort {
-		x.admission = "best-effort"
-		g.m.admission.WithLabelValues("best-effort").Inc()
-		return admitGo
-	}
+// admission applies the route's admission policy to a request Pick
+// refused (no backend predicted to meet its SLO): reject answers 429 with
+// Retry-After (retry, at least a second), degrade re-routes it to the
+// route's lighter model.
+func (g *Gateway) admission(w http.ResponseWriter, x *exchange, route *Route, retry time.Duration) admitVerdict {
 	if route.Admission == AdmitReject {
-		t.End(sched.OutcomeCanceled)
 		x.admission = "reject"
 		g.m.admission.WithLabelValues("reject").Inc()
-		retry := max(time.Second, t.Prediction.P95-x.slo)
+		retry = max(time.Second, retry)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
 		x.status, x.errMsg = http.StatusTooManyRequests, "no backend can meet the TTFT SLO"
 		writeError(w, x.api, x.status, "rate_limit_error", fmt.Sprintf("no backend is predicted to meet the %v TTFT SLO; retry later", x.slo))
 		return admitDone
 	}
-	if degraded {
-		return admitGo
-	}
-	t.End(sched.OutcomeCanceled)
 	return admitDegrade
 }
 

@@ -13,14 +13,18 @@ import (
 // TestAdmissionOverload is issue 17's item 4, short: the overload fleet
 // driven well past every policy's capacity, round-robin admitting
 // everything beside the default with admission reject and degrade, one
-// seed. Asserted, with margin for a loaded machine (5 seeds gave
-// round-robin 3–12%, reject 74–98% of admitted, degrade 96–100%):
-// round-robin keeps under 90% within the SLO, the default with reject
-// keeps at least 60% of the requests it admits within the SLO, 40 points
-// over round-robin, while rejecting some, and with degrade at least 90% of
-// all requests, none rejected. Issue 17's bar, 99% of admitted requests,
-// is logged, not asserted: degrade reaches it on 3 seeds of 5, reject on
-// none (docs/routing-evaluation.md says why).
+// seed. Asserted, with margin for a loaded machine (two runs of 5 seeds
+// at load averages of 5–7 gave round-robin 3–11% within the SLO; reject
+// 90.6–100% of the admitted within it, 44–70% refused; degrade
+// 92.8–100% of all; docs/routing-evaluation.md):
+// round-robin keeps under 90% within the SLO; the default with reject
+// keeps at least 85% of the requests it admits within the SLO, refusing
+// some but under 75% of them, with a goodput of at least a third of the
+// fleet's capacity (FleetRates); with degrade at least
+// 90% of all requests, none refused. Issue 17's bar, 99% of admitted
+// requests, is logged, not asserted: a stall of the machine running
+// fleet, gateway and client at once delays every request in flight,
+// which no prediction from the queue can foresee.
 func TestAdmissionOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live runs take seconds")
@@ -43,15 +47,16 @@ func TestAdmissionOverload(t *testing.T) {
 	if rr.Attainment >= 0.9 || rr.Rejected != 0 {
 		t.Errorf("round-robin: attainment %.1f%%, %d rejected: the load is not past its capacity", 100*rr.Attainment, rr.Rejected)
 	}
-	if rej.Rejected == 0 || rej.AdmittedAttainment < 0.6 || rej.AdmittedAttainment < rr.Attainment+0.4 {
-		t.Errorf("reject: %d rejected, %.1f%% of admitted within the SLO (round-robin %.1f%%); want some rejected and ≥ 60%%, 40 points over round-robin",
-			rej.Rejected, 100*rej.AdmittedAttainment, 100*rr.Attainment)
+	_, capacity := FleetRates(fleets[0], fleets[0].Workload)
+	if rej.Rejected == 0 || rej.Rejected >= rej.N*3/4 || rej.AdmittedAttainment < 0.85 || rej.Goodput < capacity/3 {
+		t.Errorf("reject: %d of %d rejected, %.1f%% of admitted within the SLO, goodput %.1f req/s (capacity %.0f); want some but < 75%% rejected, ≥ 85%%, a third of the capacity",
+			rej.Rejected, rej.N, 100*rej.AdmittedAttainment, rej.Goodput, capacity)
 	}
 	if deg.Rejected != 0 || deg.Degraded == 0 || deg.Attainment < 0.9 {
 		t.Errorf("degrade: %d rejected, %d degraded, %.1f%% within the SLO; want none rejected, some degraded, ≥ 90%%", deg.Rejected, deg.Degraded, 100*deg.Attainment)
 	}
 	for _, r := range []Result{rej, deg} {
-		t.Logf("%s: %.1f%% of admitted requests within the SLO (issue 17: ≥ 99%%)", r.Policy, 100*r.AdmittedAttainment)
+		t.Logf("%s: %.1f%% of admitted requests within the SLO (issue 17: ≥ 99%%), %.1f%% refused", r.Policy, 100*r.AdmittedAttainment, 100*float64(r.Rejected)/float64(r.N))
 	}
 }
 

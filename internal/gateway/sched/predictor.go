@@ -195,10 +195,14 @@ type predictorSet struct {
 	// sw, when set (PredictorSwitching), replaces preds and the MAPE
 	// fallback; the residual window still turns its mean into a P95.
 	sw *switcher
+	// bound is the queue-aware model admission decides by (admit.go),
+	// learning from the same TTFTs; it has its own lock and is not used
+	// for routing.
+	bound *queueBound
 }
 
 func newPredictorSet(prior time.Duration, mode string) *predictorSet {
-	s := &predictorSet{preds: [2]Predictor{NewLinearRLS(0.995), NewQueueRate(0.1)}, q95: 1.5, prior: prior.Seconds()}
+	s := &predictorSet{preds: [2]Predictor{NewLinearRLS(0.995), NewQueueRate(0.1)}, q95: 1.5, prior: prior.Seconds(), bound: newQueueBound()}
 	if mode == PredictorSwitching {
 		s.sw = newSwitcher()
 	}
@@ -255,6 +259,8 @@ func (s *predictorSet) observeAt(at time.Time, f Features, ttft float64) {
 	if ttft <= 0 || math.IsNaN(ttft) || math.IsInf(ttft, 0) {
 		return
 	}
+	// The request found f.InFlight of the gateway's requests ahead of it.
+	s.bound.observe(f, ttft)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sw != nil {

@@ -44,6 +44,11 @@ type Request struct {
 	Class string
 	// Exclude names backends already tried for this request (retries).
 	Exclude []string
+	// Admit: a route's admission (reject or degrade) decides in Pick,
+	// before anything is dispatched, by the queue-aware TTFT bound
+	// (admit.go): Pick may move the request to another backend with room
+	// or refuse it (a *Refused).
+	Admit bool
 }
 
 // Options configure a Scheduler.
@@ -253,6 +258,15 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	// error and the SLO tracker see all traffic.
 	if !c.predDone {
 		cy.predict(c)
+	}
+	if req.Admit {
+		a, why, err := s.admit(cy, c)
+		if err != nil {
+			return nil, err
+		}
+		if a != c {
+			c, reason = a, why
+		}
 	}
 	t := &Ticket{
 		Backend:    c.b,

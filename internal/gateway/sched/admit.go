@@ -1,0 +1,525 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Admission under overload (a route's admission reject or degrade) needs a
+// TTFT prediction that rises with the queue as fast as the TTFT does. The
+// routing predictors (predictor.go) price a request from several features
+// at once with a slowly forgetting regression, and turn their mean into a
+// P95 by a ratio learnt over every load: when queues build fast they lag
+// (consecutive requests queued on one backend each came one service time
+// later than the last, the prediction did not) and at light load the ratio
+// makes them too high. Under sustained overload admission only ever
+// decides at the edge of what a backend can take, so it needs a model of
+// just that edge.
+//
+// queueBound models a backend as a server of m parallel slots working
+// first-in first-out through what the gateway sent it: a request that
+// finds n requests ahead of it (the gateway's own in-flight requests on
+// the backend — dispatched and not ended, whether still queued, in prefill
+// or decoding, since all of them hold the engine's capacity; counted from
+// the moment they are admitted, not from their first token) waits for
+// n−m+1 of them to finish, each finish coming on average one service time
+// over m later, then takes its own time to first token:
+//
+//	TTFT ≈ a + b·own + d·max(0, n−m+1) + e·queued
+//
+// with a the TTFT of a request that neither waits nor prefills, b the
+// prefill time per uncached kilotoken of its own, d the drain time per
+// request waited for (service time / m) and e a correction for long
+// prompts queued ahead (boundX). m is unknown (an engine's effective
+// concurrency depends on its batch limits and on the requests' lengths),
+// so the model keeps one fit per candidate m (slotHypotheses), as
+// capacityModel does for cache sizes: every candidate learns its
+// coefficients from every TTFT by exponentially weighted, non-negative
+// least squares and is scored on each TTFT before it learns from it; the
+// fewest slots among the candidates about as good as the best is
+// believed.
+//
+// Its margin is a quantile of the believed candidate's own recent errors
+// (scaled by spread): a request is admissible when the AdmitQuantile of
+// its predicted TTFT is within the SLO. Under overload the admitted
+// requests gather at that edge, so the share of them within the SLO is
+// about the quantile admitted at.
+type queueBound struct {
+	// on: admission has asked about this backend, so the bound learns
+	// (observe costs microseconds per first token, which a gateway
+	// without admission routes need not pay).
+	on     atomic.Bool
+	mu     sync.Mutex
+	fits   [nSlots]slotFit
+	active int
+	n      int
+	q      float64 // cached AdmitQuantile of the active fit's errors, seconds
+	few    bool    // too few errors for that quantile
+	dirty  int
+	tmp    [boundWindow]float64
+}
+
+// slotHypotheses are the candidate effective concurrencies.
+var slotHypotheses = [...]int{1, 2, 4, 8, 16, 32, 64, 128}
+
+const nSlots = len(slotHypotheses)
+
+// boundWindow is how many recent errors a candidate keeps for its
+// quantile: enough that the 99th percentile is the third largest, few
+// enough to follow a backend whose behaviour changes.
+const boundWindow = 256
+
+// boundForget is the least-squares fits' forgetting factor per TTFT
+// (≈ 100 TTFTs of memory): a backend whose speed drifts is followed
+// within a hundred requests.
+const boundForget = 0.99
+
+// boundMinSamples is how many TTFTs the model needs before admission
+// trusts it (before that the routing prediction decides).
+const boundMinSamples = 16
+
+// AdmitQuantile is the quantile of a request's predicted TTFT that must be
+// within the SLO for admission reject or degrade to admit it: 0.99, since
+// what is asked of admission is that 99% of admitted requests keep the SLO
+// (issue 17, item 4) and under overload the admitted ones are those
+// predicted just within it.
+const AdmitQuantile = 0.99
+
+// slotFit is one candidate's weighted least-squares fit of the TTFT on
+// the features boundX: its normal equations (exponentially forgotten),
+// the coefficients, its prequential error and its recent errors (errs:
+// observed minus predicted, over spread).
+type slotFit struct {
+	s    [nBX][nBX]float64 // Σ x xᵀ
+	b    [nBX]float64      // Σ x y
+	sw   float64           // Σ 1
+	w    [nBX]float64
+	err  float64 // mean absolute log error, EWMA
+	errs [boundWindow]float64
+	nr   int
+}
+
+// The bound's features: a constant (the time to first token of a request
+// that neither waits nor prefills: scheduling, the first decode step),
+// the request's own uncached kilotokens (its prefill), the requests ahead
+// beyond the candidate's slots, max(0, n−m+1) (each to be waited for, one
+// drain time each: a service time over m), and the uncached kilotokens
+// queued ahead awaiting their first token (requests ahead are not all
+// equally long: a queue of long prompts drains slower).
+const (
+	bxConst = iota
+	bxOwn
+	bxAhead
+	bxQueued
+	nBX
+)
+
+func boundX(f Features, m int) [nBX]float64 {
+	return [nBX]float64{1, f.UncachedTokens / 1000, max(0, f.InFlight-float64(m)+1), f.QueuedTokens / 1000}
+}
+
+func (f *slotFit) predict(x [nBX]float64) float64 {
+	y := 0.0
+	for i := range nBX {
+		y += f.w[i] * x[i]
+	}
+	return y
+}
+
+// learn adds one (x, ttft) to the fit and solves it again.
+func (f *slotFit) learn(x [nBX]float64, y float64) {
+	const l = boundForget
+	f.sw = l*f.sw + 1
+	for i := range nBX {
+		f.b[i] = l*f.b[i] + x[i]*y
+		for j := range nBX {
+			f.s[i][j] = l*f.s[i][j] + x[i]*x[j]
+		}
+	}
+	f.w = solveNonNeg(&f.s, &f.b)
+	// The queue ahead beyond the slots has barely varied, so its cost
+	// is not measured: assume each request waited for costs what a
+	// request's own time to first token does (one slot's worth), which
+	// errs on the side of a longer wait, and let requests admitted at
+	// longer queues show otherwise.
+	xm := f.s[bxConst][bxAhead] / f.sw
+	if f.s[bxAhead][bxAhead]/f.sw-xm*xm < 0.25 {
+		own := (f.w[bxConst]*f.sw + f.w[bxOwn]*f.s[bxConst][bxOwn]) / f.sw
+		f.w[bxAhead] = max(f.w[bxAhead], own)
+	}
+}
+
+// solveNonNeg solves the normal equations s w = b for the coefficients w
+// ≥ 0 with the least squared error: every subset of the features is
+// solved (there are 15 non-empty ones) and the best one whose
+// coefficients are all non-negative kept. No TTFT component is negative,
+// and a fit that let one be would extrapolate to a shorter wait for a
+// longer queue.
+func solveNonNeg(s *[nBX][nBX]float64, b *[nBX]float64) [nBX]float64 {
+	var best [nBX]float64
+	bestScore := 0.0 // −(explained sum of squares): lower is better
+	// All features first: when its solution is non-negative it is the
+	// best there is, and the subsets need not be tried.
+	for mask := 1<<nBX - 1; mask > 0; mask-- {
+		var idx [nBX]int
+		k := 0
+		for i := range nBX {
+			if mask&(1<<i) != 0 {
+				idx[k] = i
+				k++
+			}
+		}
+		var a [nBX][nBX + 1]float64
+		tr := 0.0
+		for r := range k {
+			tr += s[idx[r]][idx[r]]
+		}
+		for r := range k {
+			for c := range k {
+				a[r][c] = s[idx[r]][idx[c]]
+			}
+			// A little ridge keeps a feature that never varied from
+			// making the system singular.
+			a[r][r] += 1e-9*tr + 1e-12
+			a[r][k] = b[idx[r]]
+		}
+		sol, ok := gauss(&a, k)
+		if !ok {
+			continue
+		}
+		var w [nBX]float64
+		feasible := true
+		for r := range k {
+			if sol[r] < 0 {
+				feasible = false
+				break
+			}
+			w[idx[r]] = sol[r]
+		}
+		if !feasible {
+			continue
+		}
+		// The squared error is Σy² − 2wᵀb + wᵀSw; Σy² is the same for
+		// every subset, and at a least-squares solution wᵀSw = wᵀb, so
+		// the error is lowest where wᵀb is highest.
+		sc := 0.0
+		for i := range nBX {
+			sc -= w[i] * b[i]
+		}
+		if sc < bestScore {
+			best, bestScore = w, sc
+		}
+		if mask == 1<<nBX-1 {
+			return best
+		}
+	}
+	return best
+}
+
+// gauss solves the k×k system in a (augmented with its right-hand side in
+// column k) by Gaussian elimination with partial pivoting.
+func gauss(a *[nBX][nBX + 1]float64, k int) (x [nBX]float64, ok bool) {
+	for c := range k {
+		p := c
+		for r := c + 1; r < k; r++ {
+			if math.Abs(a[r][c]) > math.Abs(a[p][c]) {
+				p = r
+			}
+		}
+		if a[p][c] == 0 {
+			return x, false
+		}
+		a[c], a[p] = a[p], a[c]
+		for r := c + 1; r < k; r++ {
+			f := a[r][c] / a[c][c]
+			for j := c; j <= k; j++ {
+				a[r][j] -= f * a[c][j]
+			}
+		}
+	}
+	for r := k - 1; r >= 0; r-- {
+		v := a[r][k]
+		for j := r + 1; j < k; j++ {
+			v -= a[r][j] * x[j]
+		}
+		x[r] = v / a[r][r]
+	}
+	return x, true
+}
+
+func newQueueBound() *queueBound { return &queueBound{few: true} }
+
+// observe learns one TTFT of a request that found ahead requests in flight.
+func (b *queueBound) observe(feat Features, ttft float64) {
+	if !b.on.Load() || !(ttft > 0) || math.IsInf(ttft, 0) || feat.InFlight < 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	const alpha = 0.05
+	for i := range b.fits {
+		f := &b.fits[i]
+		x := boundX(feat, slotHypotheses[i])
+		if b.n > 0 {
+			if p := f.predict(x); p > 0 {
+				e := math.Abs(math.Log(p / ttft))
+				if b.n == 1 {
+					f.err = e
+				} else {
+					f.err += alpha * (e - f.err)
+				}
+				if b.n >= boundMinSamples {
+					// The errors of a fit of a few TTFTs say nothing of
+					// the errors of one that has converged.
+					f.errs[f.nr%boundWindow] = (ttft - p) / spread(x)
+					f.nr++
+				}
+			}
+		}
+		f.learn(x, ttft)
+	}
+	b.n++
+	b.dirty++
+	if b.n >= boundMinSamples {
+		// Believe the fewest slots among the candidates about as good as
+		// the best (within a tenth): of models the TTFTs cannot tell
+		// apart, the one predicting the longest waits for long queues.
+		// Early on, queues no longer than a few requests fit many slots
+		// as well as one.
+		lo := math.Inf(1)
+		for i := range b.fits {
+			lo = min(lo, b.fits[i].err)
+		}
+		for i := range b.fits {
+			if b.fits[i].err <= 1.1*lo {
+				if i != b.active {
+					b.active, b.dirty = i, boundWindow
+				}
+				break
+			}
+		}
+	}
+	if b.dirty >= 16 || b.n < 16 {
+		b.dirty = 0
+		f := &b.fits[b.active]
+		k := min(f.nr, boundWindow)
+		if k == 0 {
+			b.q, b.few = 0, true
+			return
+		}
+		tmp := b.tmp[:k]
+		copy(tmp, f.errs[:k])
+		slices.Sort(tmp)
+		b.q = max(tmp[quantileRank(k, AdmitQuantile)-1], 0)
+		b.few = k < 32
+	}
+}
+
+// quantileRank is the rank (1-based) of the order statistic of k samples
+// taken for their q-quantile: the lowest rank r at which the r-th smallest
+// sample is at least as likely to lie above the quantile as below it,
+// P(Binomial(k, q) < r) ≥ ½. With many samples that is about q·k, the
+// plain empirical quantile; with few it is higher (the largest of 100
+// samples is above their 99th percentile only 63% of the time, the second
+// largest 26%), so that a short history does not make for a margin that
+// is too thin more often than too wide.
+func quantileRank(k int, q float64) int {
+	// P(Binomial(k, q) ≤ j) accumulated from j = 0, in logs to stay
+	// within range for k in the hundreds.
+	lq, lp := math.Log(q), math.Log1p(-q)
+	lc := 0.0 // log C(k, j)
+	cdf := 0.0
+	for j := 0; j < k; j++ {
+		cdf += math.Exp(lc + float64(j)*lq + float64(k-j)*lp)
+		if cdf >= 0.5 {
+			return j + 1
+		}
+		lc += math.Log(float64(k-j)) - math.Log(float64(j+1))
+	}
+	return k
+}
+
+// spread is how a fit's errors scale with the queue: a request that
+// waits for k requests to finish waits for k service times, whose
+// deviations add up like a sum of k independent ones, √k times one's; its
+// own prefill and scheduling noise count as one more.
+func spread(x [nBX]float64) float64 { return math.Sqrt(1 + x[bxAhead]) }
+
+// QueueEstimate is the queue-aware TTFT bound of one request on one
+// backend.
+type QueueEstimate struct {
+	// Mean is the predicted TTFT, Bound its AdmitQuantile (Mean plus
+	// the believed fit's AdmitQuantile error, scaled by spread; at least
+	// 1.5 × Mean while it has fewer than 32 errors).
+	Mean, Bound time.Duration
+	// Ahead is the requests in flight ahead of it; Slots the believed
+	// effective concurrency; Drain the predicted time per request ahead.
+	Ahead float64
+	Slots int
+	Drain time.Duration
+	// Ready: the model has seen enough TTFTs to be trusted.
+	Ready bool
+}
+
+// estimate predicts the TTFT of a request with features feat (its own
+// uncached tokens, the requests and tokens in flight ahead of it).
+func (b *queueBound) estimate(feat Features) QueueEstimate {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := &b.fits[b.active]
+	m := slotHypotheses[b.active]
+	x := boundX(feat, m)
+	mean := f.predict(x)
+	bound := mean + b.q*spread(x)
+	if b.few {
+		// Too few errors for their 99th percentile: a cautious margin.
+		bound = max(bound, 1.5*mean)
+	}
+	return QueueEstimate{
+		Mean: secs(mean), Bound: secs(bound), Ahead: feat.InFlight, Slots: m,
+		Drain: secs(f.w[bxAhead]), Ready: b.n >= boundMinSamples,
+	}
+}
+
+// Fits reports whether the estimate's bound is within slo.
+func (e QueueEstimate) Fits(slo time.Duration) bool { return slo <= 0 || e.Bound <= slo }
+
+// Wait is how long until the backend's queue has drained enough for the
+// bound to fit slo: what the bound is over by, in whole drain times (the
+// time per request waited for), as the requests ahead finish (0 when it
+// fits now).
+func (e QueueEstimate) Wait(slo time.Duration) time.Duration {
+	if e.Fits(slo) {
+		return 0
+	}
+	over := e.Bound - slo
+	if e.Drain <= 0 {
+		return over
+	}
+	return time.Duration(math.Ceil(float64(over)/float64(e.Drain))) * e.Drain
+}
+
+// QueueEstimate is the queue-aware bound of the ticket's request on its
+// backend: the requests it found in flight there when it was dispatched
+// are ahead of it.
+func (t *Ticket) QueueEstimate() QueueEstimate {
+	return t.Backend.preds.bound.estimate(t.feat)
+}
+
+// ReasonRoom is the decision reason of a request that admission
+// (Request.Admit) moved from the backend the profile picked, predicted to
+// miss its SLO, to another with room.
+const ReasonRoom = "admission-room"
+
+// ErrRefused is what Pick returns, wrapped in a *Refused, when admission
+// (Request.Admit) finds no backend predicted to meet the request's SLO.
+var ErrRefused = errors.New("no backend is predicted to meet the TTFT SLO")
+
+// Refused is Pick's error for a request admission refused.
+type Refused struct {
+	// Backend is the one the profile picked; Estimate its queue-aware
+	// bound (not Ready: its routing prediction, Prediction, refused).
+	Backend    string
+	Estimate   QueueEstimate
+	Prediction Prediction
+	// RetryAfter is the predicted time until some backend has room: the
+	// least Wait among them.
+	RetryAfter time.Duration
+}
+
+func (e *Refused) Error() string {
+	return fmt.Sprintf("%v (%s: predicted %v, bound %v)", ErrRefused, e.Backend, e.Estimate.Mean, e.Estimate.Bound)
+}
+
+func (e *Refused) Unwrap() error { return ErrRefused }
+
+// admit is admission for Pick (Request.Admit): it returns the candidate
+// to dispatch on — c, the profile's pick, when its queue-aware bound is
+// within the SLO; otherwise the backend with room that predicts the
+// shortest TTFT, so that a refusal means no backend can take the request
+// in time, not that the routing policy preferred a full one — or a
+// *Refused. Nothing has been dispatched when it refuses: the request is
+// in no backend's queue or prefix index. A backend whose bound has too
+// few TTFTs is judged by its routing prediction, as without admission.
+//
+// The backends with room are looked for among all that serve the request
+// and are available (healthy, breaker admitting, under their concurrency
+// cap, not excluded), SLO demotion ignored: demotion keeps traffic away
+// from a backend that missed the SLO, as its queue grew; the bound admits
+// to a backend only the requests it is predicted to serve in time, which
+// is what demotion is for, and a demoted backend would otherwise sit idle
+// for its cooldown (up to 30 s) while requests are refused.
+func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
+	slo := cy.req.SLO
+	if slo <= 0 {
+		return c, "", nil
+	}
+	for _, b := range cy.scope {
+		if !b.preds.bound.on.Load() {
+			b.preds.bound.on.Store(true)
+		}
+	}
+	e := c.b.preds.bound.estimate(c.feat)
+	if fits(e, c.pred, slo) {
+		return c, "", nil
+	}
+	var best *Candidate
+	var bestMean time.Duration
+	wait := time.Duration(-1)
+	for k, b := range cy.scope {
+		if b == c.b || slices.Contains(cy.req.Exclude, b.Spec.Name) || !b.admissible(cy.now) {
+			continue
+		}
+		if m := b.Spec.MaxConcurrency; m > 0 && b.inFlight.Load() >= int64(m) {
+			continue
+		}
+		if !b.preds.bound.ready() {
+			continue // no evidence it has room
+		}
+		o := &Candidate{b: b, scope: int32(k)}
+		cy.predict(o)
+		oe := b.preds.bound.estimate(o.feat)
+		if oe.Fits(slo) {
+			if best == nil || oe.Mean < bestMean {
+				best, bestMean = o, oe.Mean
+			}
+			continue
+		}
+		if w := oe.Wait(slo); wait < 0 || w < wait {
+			wait = w
+		}
+	}
+	if best != nil {
+		return best, ReasonRoom, nil
+	}
+	w := c.pred.P95 - slo // the routing prediction's, without a bound
+	if e.Ready {
+		w = e.Wait(slo)
+	}
+	if wait < 0 || w < wait {
+		wait = w
+	}
+	return c, "", &Refused{Backend: c.b.Spec.Name, Estimate: e, Prediction: c.pred, RetryAfter: max(wait, 0)}
+}
+
+// ready reports whether the bound has seen enough TTFTs to be trusted.
+func (b *queueBound) ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n >= boundMinSamples
+}
+
+// fits is admission's verdict on one candidate: its queue-aware bound
+// within slo, or while the bound has too few TTFTs, its routing
+// prediction (a backend without data is assumed to meet it).
+func fits(e QueueEstimate, p Prediction, slo time.Duration) bool {
+	if e.Ready {
+		return e.Fits(slo)
+	}
+	return !p.Ready || p.P95 <= slo
+}
