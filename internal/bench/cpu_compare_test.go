@@ -107,8 +107,8 @@ func minimalClient(ctx context.Context, base string, streams, requests int) (int
 }
 
 // ttftClient is the whole of ttft bench's per-request work: the runner
-// with kernel stamps, the output tokenizer, and the run directory's JSONL
-// sink, as the CLI runs it.
+// with kernel stamps, the output tokenizer, the run directory's JSONL sink
+// and the default request limits, as the CLI runs it.
 // bare leaves out the tokenizer and the sink, to apportion the difference.
 func ttftClient(ctx context.Context, base string, streams, requests int, dir string, bare bool) (int64, error) {
 	rd, err := rundir.Create(dir, record.Manifest{Schema: record.ManifestSchema, RunID: "cpu"})
@@ -122,7 +122,10 @@ func ttftClient(ctx context.Context, base string, streams, requests int, dir str
 	}
 	ClosedLoop(tr, streams)
 	defer tr.CloseIdleConnections()
+	// The limits are ttft bench's defaults (--timeout 5m, --ttft-timeout 1m):
+	// the CLI arms them on every request.
 	opt := Options{API: wire.OpenAIChat, BaseURL: base, Request: wire.RequestOptions{Model: "m"}, Concurrency: streams, Requests: requests,
+		Timeout: 5 * time.Minute, TTFTTimeout: time.Minute,
 		Tokenizer: workload.DefaultTokenizer(), Sinks: []Sink{rd}, Client: &http.Client{Transport: tr}, RunID: "cpu"}
 	if bare {
 		opt.Tokenizer, opt.Sinks = nil, nil
@@ -155,7 +158,9 @@ func ttftClient(ctx context.Context, base string, streams, requests int, dir str
 //
 //	TTFT_CPU_COMPARE=1 go test ./internal/bench -run TestCPUPerRequestAgainstMinimalClient -v
 //
-// (TTFT_CPU_STREAMS, default 1000; TTFT_CPU_ROUNDS, default 2;
+// (TTFT_CPU_STREAMS, default 1000; TTFT_CPU_PER_STREAM requests per stream
+// and round, default 5; TTFT_CPU_ROUNDS, default 2, after TTFT_CPU_WARMUP
+// uncounted rounds, default 1;
 // TTFT_CPU_ONLY=NAME runs one client, for -cpuprofile; TTFT_CPU_PLAIN_DIAL=1
 // dials ttft's connections without kernel receive timestamps, to price them).
 func TestCPUPerRequestAgainstMinimalClient(t *testing.T) {
@@ -170,7 +175,19 @@ func TestCPUPerRequestAgainstMinimalClient(t *testing.T) {
 	if rounds <= 0 {
 		rounds = 2
 	}
-	requests := 5 * streams
+	perStream, _ := strconv.Atoi(os.Getenv("TTFT_CPU_PER_STREAM"))
+	if perStream <= 0 {
+		perStream = 5
+	}
+	requests := perStream * streams
+	// A warm-up round, not counted: the first use of the workload's
+	// prompt generator and of the tokenizer builds their tables (≈ 26 ms
+	// of CPU once per process), which would otherwise land on whichever
+	// client runs first.
+	warm := 1
+	if v, err := strconv.Atoi(os.Getenv("TTFT_CPU_WARMUP")); err == nil && v >= 0 {
+		warm = v
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Skip(err)
@@ -194,7 +211,7 @@ func TestCPUPerRequestAgainstMinimalClient(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(2 << 30))
 	ctx := context.Background()
 	var sumT, sumM float64
-	for round := range rounds {
+	for round := -warm; round < rounds; round++ {
 		for _, who := range []string{"ttft", "minimal", "ttft-bare"} {
 			if only := os.Getenv("TTFT_CPU_ONLY"); only != "" && only != who {
 				continue // profiling one client (TTFT_CPU_ONLY=ttft|minimal|ttft-bare)
@@ -214,11 +231,16 @@ func TestCPUPerRequestAgainstMinimalClient(t *testing.T) {
 				t.Fatalf("%s: %d of %d requests completed", who, n, requests)
 			}
 			per := float64(cpu.Microseconds()) / float64(n)
-			t.Logf("round %d %-7s %d streams: %d requests in %v, CPU %v: %.1f µs/request, %.1f µs/token event", round, who, streams, n, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), per, per/8)
-			switch who {
-			case "ttft":
+			what := fmt.Sprintf("round %d", round)
+			if round < 0 {
+				what = "warm-up"
+			}
+			t.Logf("%s %-7s %d streams: %d requests in %v, CPU %v: %.1f µs/request, %.1f µs/token event", what, who, streams, n, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), per, per/8)
+			switch {
+			case round < 0:
+			case who == "ttft":
 				sumT += per
-			case "minimal":
+			case who == "minimal":
 				sumM += per
 			}
 		}

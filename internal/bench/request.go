@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,19 +75,9 @@ func (r *Runner) do(ctx context.Context, req *workload.Request, intended time.Ti
 func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Record) string {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.opt.Timeout > 0 {
-		t := time.AfterFunc(r.opt.Timeout, func() { cancel(errTimeout) })
-		defer t.Stop()
-	}
-	var gotToken atomic.Bool
-	if r.opt.TTFTTimeout > 0 {
-		t := time.AfterFunc(r.opt.TTFTTimeout, func() {
-			if !gotToken.Load() {
-				cancel(errTTFTTimeout)
-			}
-		})
-		defer t.Stop()
-	}
+	lim := &limits{cancel: cancel}
+	lim.start(r.opt.Timeout, r.opt.TTFTTimeout)
+	defer lim.stop()
 
 	nt := &netTrace{base: r.now(), now: r.now, kernel: r.kernelClock}
 	defer nt.fill(rec)
@@ -103,7 +94,7 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		fail(rec, record.ErrMalformed, fmt.Errorf("expected an event stream, got Content-Type %q: %s", ct, oneLine(body)))
 		return ""
 	}
-	st := streamState{rec: rec, gotToken: &gotToken}
+	st := streamState{rec: rec, gotToken: &lim.gotToken}
 	if req.MaxTokens > 0 {
 		rec.ITLMs = make([]float64, 0, min(req.MaxTokens, 4096))
 	}
@@ -114,9 +105,9 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 		// and the next request would pay a new connect (and TLS handshake)
 		// inside its TTFT. A server that keeps the stream open is not
 		// waited for long.
-		t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
+		lim.drain(drainWait)
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainMax))
-		t.Stop()
+		lim.stop()
 	}
 	if rec.OK() && rec.FirstToken.IsZero() {
 		fail(rec, record.ErrNoTokens, errors.New("the stream ended without any token"))
@@ -124,11 +115,112 @@ func (r *Runner) send(ctx context.Context, req *workload.Request, rec *record.Re
 	return st.out.String()
 }
 
+// limits is a request's deadlines on one timer: the first-token limit and
+// the whole request's while it runs, then the drain's after its end marker.
+// (A timer each cost three timers, three closures and their heap entries
+// per request; the deadlines are the same.)
+type limits struct {
+	cancel   context.CancelCauseFunc
+	gotToken atomic.Bool // the first token came: the first-token limit no longer applies
+
+	mu                     sync.Mutex
+	t                      *time.Timer
+	ttftAt, endAt, drainAt time.Time // zero: no such limit (drainAt: not draining)
+	stopped                bool
+}
+
+// start arms the whole-request and first-token limits (0: none).
+func (l *limits) start(timeout, ttftTimeout time.Duration) {
+	if timeout <= 0 && ttftTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if timeout > 0 {
+		l.endAt = now.Add(timeout)
+	}
+	if ttftTimeout > 0 {
+		l.ttftAt = now.Add(ttftTimeout)
+	}
+	l.mu.Lock()
+	l.armLocked(now)
+	l.mu.Unlock()
+}
+
+// drain replaces the limits with the drain's: the stream has ended and only
+// the read of what follows its end marker is left.
+func (l *limits) drain(wait time.Duration) {
+	now := time.Now()
+	l.mu.Lock()
+	l.ttftAt, l.endAt, l.drainAt = time.Time{}, time.Time{}, now.Add(wait)
+	l.armLocked(now)
+	l.mu.Unlock()
+}
+
+func (l *limits) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	if l.t != nil {
+		l.t.Stop()
+	}
+	l.mu.Unlock()
+}
+
+// nextLocked is the earliest limit still to come, or zero.
+func (l *limits) nextLocked() time.Time {
+	var next time.Time
+	for _, at := range [...]time.Time{l.ttftAt, l.endAt, l.drainAt} {
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
+}
+
+func (l *limits) armLocked(now time.Time) {
+	next := l.nextLocked()
+	if next.IsZero() || l.stopped {
+		return
+	}
+	if l.t == nil {
+		l.t = time.AfterFunc(next.Sub(now), l.fire)
+	} else {
+		l.t.Reset(next.Sub(now))
+	}
+}
+
+// fire runs on the timer's goroutine: it ends the request for the limit
+// that passed, or re-arms for the next one (a first-token limit that
+// passed after the first token, or a run that a re-arm overtook).
+func (l *limits) fire() {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	switch {
+	case !l.drainAt.IsZero() && !now.Before(l.drainAt):
+		l.cancel(errDrained)
+		return
+	case !l.ttftAt.IsZero() && !now.Before(l.ttftAt):
+		if !l.gotToken.Load() {
+			l.cancel(errTTFTTimeout)
+			return
+		}
+		l.ttftAt = time.Time{}
+	}
+	if !l.endAt.IsZero() && !now.Before(l.endAt) {
+		l.cancel(errTimeout)
+		return
+	}
+	l.armLocked(now)
+}
+
 // exchange sends the request, times its send, and returns a successful
 // response with its body unread; nil when rec is already complete (the
 // request could not be built or sent, or the status was not 2xx).
 func (r *Runner) exchange(ctx context.Context, nt *netTrace, req *workload.Request, rec *record.Record) *http.Response {
-	hreq, err := r.requester.New(httptrace.WithClientTrace(ctx, nt.clientTrace()), req)
+	hreq, err := r.requester.New(nt.attach(ctx), req)
 	if err != nil {
 		fail(rec, record.ErrClientRequest, err)
 		rec.Sent, rec.End = r.now(), r.now()
@@ -375,8 +467,23 @@ type netTrace struct {
 	// connection's reads carry many streams).
 	kernel bool
 	conn   atomic.Pointer[rxStamper]
+	// trace is the hooks given to net/http; own: nobody else's hooks were
+	// composed into it, so gotConn may take one out.
+	trace *httptrace.ClientTrace
+	own   bool
 }
 
+// attach returns ctx carrying the trace's hooks.
+func (t *netTrace) attach(ctx context.Context) context.Context {
+	t.own = httptrace.ContextClientTrace(ctx) == nil
+	t.trace = t.clientTrace()
+	return httptrace.WithClientTrace(ctx, t.trace)
+}
+
+// gotConn runs when the transport hands the request its connection, before
+// anything of the request is written (the transport's write loop takes the
+// request from the goroutine that runs GotConn, through a channel, after
+// it).
 func (t *netTrace) gotConn(c net.Conn) {
 	if !t.kernel || c == nil {
 		return
@@ -384,8 +491,18 @@ func (t *netTrace) gotConn(c net.Conn) {
 	if tc, ok := c.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
 		return
 	}
-	if st := stamperOf(c); st != nil {
-		t.conn.Store(&st)
+	st := stamperOf(c)
+	if st == nil {
+		return
+	}
+	t.conn.Store(&st)
+	// The connection stamps the first write(2) from here on: nothing else
+	// writes to an HTTP/1 connection between handing it over and the
+	// request. The header-field hook, which only stood in for that stamp
+	// (and makes net/http allocate and call per header), can go.
+	st.markRequest()
+	if t.own {
+		t.trace.WroteHeaderField = nil
 	}
 }
 
@@ -426,12 +543,11 @@ func (t *netTrace) clientTrace() *httptrace.ClientTrace {
 		TLSHandshakeStart: func() { t.stamp(&t.tlsStart) },
 		TLSHandshakeDone:  func(tls.ConnectionState, error) { t.stamp(&t.tlsDone) },
 		GotConn:           func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused); t.gotConn(i.Conn) },
+		// Without a stamping connection (HTTP/2, no kernel clock), the
+		// first header field written is when the request went out.
 		WroteHeaderField: func(string, []string) {
 			if t.writeStart.Load() == 0 {
 				t.stamp(&t.writeStart)
-				if st := t.stamper(); st != nil {
-					st.markRequest()
-				}
 			}
 		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { t.stamp(&t.written) },

@@ -339,9 +339,11 @@ func (r *Runner) next(ctx context.Context, src workload.Source, idx *int, warm b
 	return req, nil
 }
 
-// closedLoop runs workers that each send the next request when the previous
-// ends. Requests come from one dispatcher so sources need not be
-// concurrency-safe.
+// closedLoop runs workers that each send the next request when their
+// previous one ends. A worker takes the next request from the source under
+// a lock, so sources need not be concurrency-safe and requests are taken in
+// order, each only when a worker is free for it (a dispatcher goroutine
+// handing requests over a channel cost a goroutine switch per request).
 func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, limit int, dur time.Duration, warm bool) error {
 	// Requests run under ctx (a user's interrupt aborts them); --duration
 	// only stops dispatching, so requests in flight at the end complete.
@@ -351,11 +353,42 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 		dctx, cancel = context.WithTimeout(ctx, dur)
 		defer cancel()
 	}
-	jobs := make(chan *workload.Request)
 	var wg sync.WaitGroup
 	start := r.phaseStart(warm)
 	if c, ok := src.(workload.ClockedSource); ok {
 		c.SetOrigin(start) // session think times and At offsets count from here
+	}
+	var (
+		mu       sync.Mutex // guards the source and what follows
+		gi, idx  int
+		err      error
+		finished bool
+	)
+	if !warm {
+		idx = r.opt.Warmup
+	}
+	take := func() *workload.Request {
+		mu.Lock()
+		defer mu.Unlock()
+		if finished || dctx.Err() != nil || (limit > 0 && gi >= limit) {
+			finished = true
+			return nil
+		}
+		req, nerr := r.pull(dctx, src, &gi, &idx, limit, warm, nil)
+		if nerr != nil {
+			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
+				err = fmt.Errorf("workload: %w", nerr)
+			}
+			finished = true
+			return nil
+		}
+		// A request due later (a session's think time) is waited for
+		// with the lock held: the next is not taken before it is due.
+		if req.HasAt && !sleepUntil(dctx, start.Add(req.At), r.now) {
+			finished = true
+			return nil
+		}
+		return req
 	}
 	sh := r.opt.Shard
 	mine := 0
@@ -370,7 +403,7 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 			if r.opt.RampUp > 0 && workers > 1 {
 				sleepUntil(dctx, r.now().Add(r.opt.RampUp*time.Duration(w)/time.Duration(workers)), r.now)
 			}
-			for req := range jobs {
+			for req := take(); req != nil; req = take() {
 				var intended time.Time
 				if req.HasAt {
 					intended = start.Add(req.At)
@@ -379,31 +412,6 @@ func (r *Runner) closedLoop(ctx context.Context, src workload.Source, workers, l
 			}
 		}()
 	}
-	var err error
-	idx := 0
-	if !warm {
-		idx = r.opt.Warmup
-	}
-	for gi := 0; limit <= 0 || gi < limit; {
-		req, nerr := r.pull(dctx, src, &gi, &idx, limit, warm, nil)
-		if nerr != nil {
-			if !errors.Is(nerr, io.EOF) && dctx.Err() == nil {
-				err = fmt.Errorf("workload: %w", nerr)
-			}
-			break
-		}
-		if req.HasAt && !sleepUntil(dctx, start.Add(req.At), r.now) {
-			break
-		}
-		select {
-		case jobs <- req:
-		case <-dctx.Done():
-		}
-		if dctx.Err() != nil {
-			break
-		}
-	}
-	close(jobs)
 	wg.Wait()
 	return err
 }
@@ -513,6 +521,10 @@ func (r *Runner) finish(rec *record.Record) {
 		r.canceled++
 		r.mu.Unlock()
 	}
+	// Each sink writes the record before the request counts as done, so
+	// every completed measurement is on disk when its request ends;
+	// requests.jsonl still coalesces the records of requests that end
+	// while another's write(2) is in progress (record.JSONLWriter).
 	var errs []error
 	for _, s := range r.opt.Sinks {
 		if err := s.Write(rec); err != nil {
