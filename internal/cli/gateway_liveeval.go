@@ -23,6 +23,7 @@ func newGatewayLiveEvalCmd(env *Env) *cobra.Command {
 		verbose          bool
 		admission        bool
 		predictor        bool
+		ollama           string
 	)
 	cmd := &cobra.Command{
 		Use:   "live-eval",
@@ -33,7 +34,12 @@ loopback ports, sends the same seeded shared-prefix workload through it with
 ttft bench's runner, and prints per fleet and policy the medians across seeds
 of mean/P95/P99 TTFT, P99's range, SLO attainment and goodput, then whether
 the default policy meets its targets (P99 within 10% of the best
-single-signal policy, at most 1/3 of round-robin's).`,
+single-signal policy, at most 1/3 of round-robin's).
+
+With --ollama PATH it runs the real-engine fleets instead (or beside the
+fleets --fleets names): ollama serve instances on the CPU, each serving a
+generated model with a small prompt cache, started once per fleet and
+reset (model unloaded and reloaded, caches empty) before every run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			all := liveeval.Fleets()
@@ -48,9 +54,24 @@ single-signal policy, at most 1/3 of round-robin's).`,
 				all = liveeval.PredictorFleets()
 				opt.Policies = liveeval.PredictorPolicies()
 			}
+			if ollama != "" {
+				if admission || predictor {
+					return usageErr("live-eval: --ollama has fleets of its own, not --admission or --predictor ones")
+				}
+				// Real engines: without --fleets only their fleets run.
+				if len(fleets) == 0 {
+					all = nil
+				}
+				all = append(all, liveeval.OllamaFleets()...)
+				opt.Ollama = ollama
+			}
 			if len(policies) > 0 {
 				for _, p := range policies {
-					pol, adm, _ := liveeval.SplitPolicy(p)
+					inner, _ := liveeval.SplitEPP(p)
+					if err := liveeval.CheckEPPPolicy(p); err != nil {
+						return usageErr("live-eval: --policies: %v", err)
+					}
+					pol, adm, _ := liveeval.SplitPolicy(inner)
 					if !slices.Contains(sched.Policies(), pol) {
 						return usageErr("live-eval: --policies: unknown policy %q (want %s)", p, strings.Join(sched.Policies(), ", "))
 					}
@@ -73,6 +94,9 @@ single-signal policy, at most 1/3 of round-robin's).`,
 				names = append(names, f.Name)
 			}
 			for _, n := range fleets {
+				if !slices.Contains(names, n) && slices.Contains(liveeval.OllamaFleetNames(), n) {
+					return usageErr("live-eval: --fleets: fleet %q needs --ollama PATH (the ollama binary)", n)
+				}
 				if !slices.Contains(names, n) {
 					return usageErr("live-eval: --fleets: unknown fleet %q (want %s)", n, strings.Join(names, ", "))
 				}
@@ -85,9 +109,9 @@ single-signal policy, at most 1/3 of round-robin's).`,
 			}
 			if verbose {
 				opt.Progress = func(r liveeval.Result) {
-					fmt.Fprintf(env.Stderr, "%s %s seed %d: P99 %.1f ms, mean %.1f ms, attain %.1f%% (admitted %.1f%%, %d rejected), hit %.0f%%, %d failed (%.1fs)\n",
+					fmt.Fprintf(env.Stderr, "%s %s seed %d: P99 %.1f ms, mean %.1f ms, attain %.1f%% (admitted %.1f%%, %d rejected), hit %.0f%%, %d failed, decisions %v (%.1fs)\n",
 						r.Fleet, r.Policy, r.Seed, r.P99.Seconds()*1000, r.Mean.Seconds()*1000, 100*r.Attainment, 100*r.AdmittedAttainment, r.Rejected,
-						100*r.HitRate, r.Failed, r.Wall.Seconds())
+						100*r.HitRate, r.Failed, r.Reasons, r.Wall.Seconds())
 				}
 			}
 			rs, err := liveeval.Run(cmd.Context(), opt)
@@ -101,6 +125,10 @@ single-signal policy, at most 1/3 of round-robin's).`,
 			}
 			liveeval.Format(env.Stdout, sums)
 			fmt.Fprintln(env.Stdout)
+			if cs := liveeval.CompareEPP(sums); len(cs) > 0 {
+				liveeval.FormatEPP(env.Stdout, cs)
+				fmt.Fprintln(env.Stdout)
+			}
 			if predictor {
 				liveeval.FormatMAPE(env.Stdout, rs)
 				return nil
@@ -111,11 +139,12 @@ single-signal policy, at most 1/3 of round-robin's).`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&fleets, "fleets", nil, "fleets to run (default all: "+strings.Join(liveeval.FleetNames(), ", ")+")")
-	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all)")
+	f.StringSliceVar(&policies, "policies", nil, "policies to compare (default all); epp:POLICY routes through the Endpoint Picker behind an Envoy stand-in instead of the gateway")
 	f.IntVar(&seeds, "seeds", 5, "seeds per fleet and policy (1..N)")
 	f.IntVar(&requests, "requests", 0, "scored requests per run (default: the fleet's)")
 	f.BoolVar(&admission, "admission", false, "compare admission under overload instead (fleet overload; round-robin and the default, best-effort, +reject, +degrade)")
 	f.BoolVar(&predictor, "predictor", false, "compare the default TTFT predictor with the switching one (linear / gradient-boosted trees) on volatile fleets: MAPE side by side and routing")
+	f.StringVar(&ollama, "ollama", "", "ollama binary: run the real-engine fleets ("+strings.Join(liveeval.OllamaFleetNames(), ", ")+"; only those unless --fleets names others)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print each run's result on stderr as it finishes")
 	return cmd
 }

@@ -3,7 +3,6 @@ package epp
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,26 +13,22 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ttft-dev/ttft/internal/gateway/epp/dataplane"
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/sim/serve"
 )
 
 // This file is the test harness that plays Envoy's side of the ext_proc
-// protocol, as Envoy's ext_proc filter does with request and response
-// bodies in FULL_DUPLEX_STREAMED mode: the request headers (with the
-// protocol configuration on the first message), the request body in
-// chunks, the last with end_of_stream (or trailers after it); it waits
-// for the picker's header mutation, collects the body streamed back,
-// forwards the request to the endpoint the picker named (as an
-// ORIGINAL_DST cluster reading the header would), then sends the response
-// headers with the served endpoint in metadata envoy.lb and the response
-// body chunk by chunk as the engine wrote it, and passes on what the
-// picker streams back.
+// protocol: package dataplane (one implementation, also what liveeval puts
+// in front of a picker) does what Envoy's ext_proc filter does in
+// FULL_DUPLEX_STREAMED mode and checks the picker keeps to the protocol;
+// envoy adapts it to these tests' call and outcome.
 
 // loopbackAddr returns the i-th "pod IP" (127.0.100.i+1), or 127.0.0.1
 // where the extra loopback addresses cannot be bound.
@@ -101,7 +96,7 @@ func startPicker(t testing.TB, opts Options, eps []Endpoint) (*Server, *envoy) {
 		}
 	})
 	return s, &envoy{t: t, conn: conn, proc: extprocv3.NewExternalProcessorClient(conn),
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}}
+		dp: dataplane.New(conn, dataplane.Options{HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}})}
 }
 
 // waitReady waits for the picker's first scrape of its endpoints.
@@ -121,7 +116,7 @@ type envoy struct {
 	t    testing.TB
 	conn *grpc.ClientConn
 	proc extprocv3.ExternalProcessorClient
-	http *http.Client
+	dp   *dataplane.DataPlane
 }
 
 // call is one request through the harness.
@@ -136,8 +131,8 @@ type call struct {
 	// subset: the subset hint (hasSubset: sent even when empty).
 	subset    []string
 	hasSubset bool
-	// served overrides the served endpoint reported (default: the first
-	// of the picker's list, where the harness sent the request).
+	// served overrides the served endpoint reported (default: the one
+	// that answered, the first of the picker's list that accepted).
 	served string
 	// noForward: stop after the pick (no engine is called).
 	noForward bool
@@ -167,206 +162,26 @@ func (o *outcome) primary() string {
 	return p
 }
 
-func hdrMap(kv map[string]string) *corev3.HeaderMap {
-	hm := &corev3.HeaderMap{}
-	for k, v := range kv {
-		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
-	}
-	return hm
-}
+func hdrMap(kv map[string]string) *corev3.HeaderMap { return dataplane.HeaderMap(kv) }
 
 func lbMetadata(ns, key string, v *structpb.Value) *corev3.Metadata {
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ns: {Fields: map[string]*structpb.Value{key: v}}}}
+	return dataplane.Metadata(ns, key, v)
 }
 
 // do runs one request through the picker and, unless told not to, the
 // endpoint it picked.
 func (e *envoy) do(ctx context.Context, c call) (outcome, error) {
-	var o outcome
-	if c.path == "" {
-		c.path = "/v1/chat/completions"
-	}
 	if c.chunks <= 0 {
 		c.chunks = 3
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := e.proc.Process(ctx)
-	if err != nil {
-		return o, err
-	}
-	hdrs := map[string]string{":method": "POST", ":path": c.path, ":authority": "gateway.test", ":scheme": "http", "content-type": "application/json"}
+	h := http.Header{}
 	for k, v := range c.headers {
-		hdrs[k] = v
+		h.Set(k, v)
 	}
-	first := &extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrMap(hdrs), EndOfStream: len(c.body) == 0 && !c.trailers}},
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED,
-			ResponseBodyMode: procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED},
-	}
-	if c.hasSubset || len(c.subset) > 0 {
-		vals := make([]*structpb.Value, len(c.subset))
-		for i, s := range c.subset {
-			vals[i] = structpb.NewStringValue(s)
-		}
-		first.MetadataContext = lbMetadata(SubsetNamespace, SubsetKey, structpb.NewListValue(&structpb.ListValue{Values: vals}))
-	}
-	if err := st.Send(first); err != nil {
-		return o, fmt.Errorf("sending request headers: %w", err)
-	}
-	var sentLast time.Time
-	if len(c.body) > 0 {
-		size := (len(c.body) + c.chunks - 1) / c.chunks
-		for off := 0; off < len(c.body); off += size {
-			end := min(off+size, len(c.body))
-			last := end == len(c.body)
-			if last {
-				sentLast = time.Now()
-			}
-			if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-				RequestBody: &extprocv3.HttpBody{Body: c.body[off:end], EndOfStream: last && !c.trailers}}}); err != nil {
-				return o, fmt.Errorf("sending request body: %w", err)
-			}
-		}
-	}
-	if c.trailers {
-		sentLast = time.Now()
-		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
-			RequestTrailers: &extprocv3.HttpTrailers{Trailers: hdrMap(map[string]string{"x-end": "1"})}}}); err != nil {
-			return o, fmt.Errorf("sending request trailers: %w", err)
-		}
-	}
-	if sentLast.IsZero() {
-		sentLast = time.Now()
-	}
-	// The picker's first answer: the headers' response, or an immediate one.
-	r, err := st.Recv()
-	if err != nil {
-		return o, fmt.Errorf("awaiting the request headers' response: %w", err)
-	}
-	o.pickLatency = time.Since(sentLast)
-	if ir := r.GetImmediateResponse(); ir != nil {
-		o.immediate = ir
-		o.status = int(ir.GetStatus().GetCode())
-		o.body = ir.GetBody()
-		if _, err := st.Recv(); err != io.EOF {
-			return o, fmt.Errorf("after an immediate response the picker must end the stream; got %v", err)
-		}
-		return o, nil
-	}
-	hr := r.GetRequestHeaders()
-	if hr == nil {
-		return o, fmt.Errorf("first answer is %T, want the request headers' response", r.GetResponse())
-	}
-	o.clearRouteCache = hr.GetResponse().GetClearRouteCache()
-	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
-		switch h.GetHeader().GetKey() {
-		case DestinationKey:
-			o.dest = string(h.GetHeader().GetRawValue())
-		case "content-length":
-			o.contentLength = string(h.GetHeader().GetRawValue())
-		}
-	}
-	o.meta = r.GetDynamicMetadata().GetFields()[DestinationNamespace].GetStructValue().GetFields()[DestinationKey].GetStringValue()
-	if o.dest == "" || o.dest != o.meta {
-		return o, fmt.Errorf("destination header %q and metadata %q must be set and equal", o.dest, o.meta)
-	}
-	// The request body comes back, in order, before anything else; the
-	// last chunk carries end_of_stream unless trailers end the request.
-	var back []byte
-	lastEOS := false
-	for len(back) < len(c.body) {
-		r, err := st.Recv()
-		if err != nil {
-			return o, fmt.Errorf("awaiting the request body: %w", err)
-		}
-		sr := r.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-		if sr == nil {
-			return o, fmt.Errorf("got %T while the request body was streaming back", r.GetResponse())
-		}
-		if len(sr.GetBody()) > 64<<10 {
-			return o, fmt.Errorf("body chunk of %d bytes exceeds Envoy's recommended 64 KiB", len(sr.GetBody()))
-		}
-		if lastEOS {
-			return o, errors.New("body chunk after end_of_stream")
-		}
-		back = append(back, sr.GetBody()...)
-		lastEOS = sr.GetEndOfStream()
-	}
-	if len(c.body) > 0 && lastEOS == c.trailers {
-		return o, fmt.Errorf("echoed body's end_of_stream is %v with trailers %v", lastEOS, c.trailers)
-	}
-	if !bytes.Equal(back, c.body) {
-		return o, fmt.Errorf("request body came back changed: %d bytes, want %d", len(back), len(c.body))
-	}
-	if c.trailers {
-		r, err := st.Recv()
-		if err != nil || r.GetRequestTrailers() == nil {
-			return o, fmt.Errorf("want the trailers' response, got %v, %v", r, err)
-		}
-	}
-	if c.noForward {
-		st.CloseSend()
-		return o, nil
-	}
-	// Forward to the endpoint, as the ORIGINAL_DST cluster would.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+o.primary()+c.path, bytes.NewReader(back))
-	if err != nil {
-		return o, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.http.Do(req)
-	if err != nil {
-		return o, fmt.Errorf("forwarding to %s: %w", o.primary(), err)
-	}
-	defer resp.Body.Close()
-	served := c.served
-	if served == "" {
-		served = o.primary()
-	}
-	if err := st.Send(&extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: hdrMap(map[string]string{
-			":status": fmt.Sprint(resp.StatusCode), "content-type": resp.Header.Get("Content-Type")})}},
-		MetadataContext: lbMetadata(DestinationNamespace, ServedKey, structpb.NewStringValue(served)),
-	}); err != nil {
-		return o, fmt.Errorf("sending response headers: %w", err)
-	}
-	if r, err := st.Recv(); err != nil || r.GetResponseHeaders() == nil {
-		return o, fmt.Errorf("want the response headers' response, got %v, %v", r, err)
-	}
-	o.status = resp.StatusCode
-	buf := make([]byte, 4096)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		eos := rerr != nil
-		if n > 0 || eos {
-			chunk := bytes.Clone(buf[:n])
-			if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-				ResponseBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: eos}}}); err != nil {
-				return o, fmt.Errorf("sending response body: %w", err)
-			}
-			r, err := st.Recv()
-			if err != nil {
-				return o, fmt.Errorf("awaiting the response body: %w", err)
-			}
-			sr := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-			if sr == nil || !bytes.Equal(sr.GetBody(), chunk) || sr.GetEndOfStream() != eos {
-				return o, fmt.Errorf("response chunk not passed through unchanged: %v", r)
-			}
-			o.body = append(o.body, chunk...)
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return o, fmt.Errorf("reading the engine's answer: %w", rerr)
-		}
-	}
-	st.CloseSend()
-	if _, err := st.Recv(); err != io.EOF {
-		return o, fmt.Errorf("picker did not end the stream after the response: %v", err)
-	}
-	return o, nil
+	d, err := e.dp.Do(ctx, dataplane.Request{Path: c.path, Header: h, Body: c.body, Chunks: c.chunks, Trailers: c.trailers,
+		Subset: c.subset, HasSubset: c.hasSubset, Served: c.served, NoForward: c.noForward})
+	return outcome{dest: d.Dest, meta: d.Meta, immediate: d.Immediate, status: d.Status, body: d.Body, pickLatency: d.PickLatency,
+		clearRouteCache: d.ClearRouteCache, contentLength: d.ContentLength}, err
 }
 
 // mustDo is do that fails the test on a harness error.
@@ -415,4 +230,90 @@ func (c *counter) add(k string) {
 		c.m = map[string]int{}
 	}
 	c.m[k]++
+}
+
+// TestDataPlaneNames: the data plane, which does not import the picker,
+// uses the protocol names the picker defaults to.
+func TestDataPlaneNames(t *testing.T) {
+	got := dataplane.DefaultNames()
+	want := dataplane.Names{DestinationKey: DestinationKey, DestinationNamespace: DestinationNamespace, ServedKey: ServedKey,
+		SubsetKey: SubsetKey, SubsetNamespace: SubsetNamespace}
+	if got != want {
+		t.Errorf("data plane names %+v, picker's %+v", got, want)
+	}
+}
+
+// serveDataPlane serves a data plane over HTTP in front of env's picker
+// and returns its URL.
+func serveDataPlane(t *testing.T, env *envoy, opts dataplane.Options) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- dataplane.New(env.conn, opts).Serve(ctx, ln, time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("data plane: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestDataPlaneOverHTTP: a client talking HTTP to the data plane gets the
+// engine's stream as the picker passes it on, the picker's own answers as
+// they are, and an answer from the next endpoint of the list when the
+// chosen one refuses connections; headers the data plane adds reach the
+// picker.
+func TestDataPlaneOverHTTP(t *testing.T) {
+	engines := startEngines(t, 1, nil)
+	live := hostPort(engines[0].URL())
+	ln, err := net.Listen("tcp", loopbackAddr(t, 1)+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	// Never scraped: the dead endpoint stays eligible, so round-robin
+	// picks it every other request and the data plane must fall back.
+	model := engines[0].ModelName()
+	s, env := startPicker(t, Options{Policy: sched.RoundRobin, Fallbacks: 1, ScrapeInterval: -1},
+		[]Endpoint{{Addr: dead, Models: []string{model}}, {Addr: live, Models: []string{model}}})
+	waitReady(t, s)
+	url := serveDataPlane(t, env, dataplane.Options{})
+	post := func(url string, body []byte) (int, string, string) {
+		t.Helper()
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	}
+	for i := range 6 {
+		code, ct, body := post(url, chatBody(model, "sys", fmt.Sprint("q", i)))
+		if code != 200 || !strings.HasPrefix(ct, "text/event-stream") || !strings.Contains(body, "data: ") || !strings.Contains(body, "[DONE]") {
+			t.Fatalf("request %d: %d %q %.300q", i, code, ct, body)
+		}
+	}
+	if got := promtestutil.ToFloat64(s.m.served.WithLabelValues(live, "false")); got < 1 {
+		t.Errorf("the live endpoint served %v requests picked for the dead one; want the data plane to fall back", got)
+	}
+	code, ct, body := post(url, chatBody("no-such-model", "sys", "hi"))
+	if code != 404 || ct != "application/json" || !strings.Contains(body, "no endpoint serves") {
+		t.Errorf("unknown model: %d %q %q, want the picker's 404", code, ct, body)
+	}
+	// A header the data plane sets before the picker is read by it: an
+	// invalid SLO is refused.
+	bad := serveDataPlane(t, env, dataplane.Options{RequestHeaders: map[string]string{"x-ttft-slo-ms": "NaN"}})
+	if code, _, body := post(bad, chatBody(model, "sys", "hi")); code != 400 || !strings.Contains(body, "x-ttft-slo-ms") {
+		t.Errorf("invalid SLO set by the data plane: %d %q, want the picker's 400", code, body)
+	}
 }

@@ -4,7 +4,10 @@
 // request sequence for every policy, on fleets of two kinds — the
 // simulator's live replicas (internal/sim/serve) and stand-in backends with
 // a latency model of their own (internal/gateway/standin) — so that a
-// policy is never judged only on the model it was tuned against.
+// policy is never judged only on the model it was tuned against; and, with
+// an ollama binary, real engines (OllamaFleets: `ollama serve` on the CPU
+// with generated models and their own prompt caches), which outlive a run
+// and are reset before each instead.
 //
 // Every (fleet, policy, seed) run starts its fleet and its gateway afresh
 // (cold caches, cold predictors): the warm-up requests are the only

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/gateway/standin"
+	"github.com/ttft-dev/ttft/internal/gguf"
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/sim/serve"
 )
@@ -55,7 +56,12 @@ type Fleet struct {
 	URLs       []string
 	ModelName  string
 	HealthPath string
-	Workload   Workload
+	// Ollama are real engines (`ollama serve`, Options.Ollama) that Run
+	// starts for the fleet's runs and resets before each; Engines are
+	// they, running (or any other real engines a caller started).
+	Ollama   []OllamaInstance
+	Engines  Engines
+	Workload Workload
 	// SLO is the TTFT target the gateway is given (a route's slo_ms).
 	SLO time.Duration
 	// CacheMatters: prefix caching is what sets round-robin's tail here
@@ -288,6 +294,68 @@ func PredictorPolicies() []string {
 func FleetNames() []string {
 	var ns []string
 	for _, f := range Fleets() {
+		ns = append(ns, f.Name)
+	}
+	return ns
+}
+
+// OllamaFleets are the real-engine fleets: `ollama serve` instances on
+// the CPU (Options.Ollama), each serving a generated model
+// (internal/gguf) with one compute thread and four prompt-cache slots.
+// Ollama's cache is a real prefix cache but a small one: a slot keeps one
+// prompt's KV, and a request takes the slot holding its longest prefix
+// when that is the least recently used one, else the least recently used
+// slot with the longest prefix copied in (OLLAMA_MULTIUSER_CACHE). So an
+// instance holds the prefixes of roughly its last four requests, and a
+// prompt whose prefix is not among them pays its whole prefill. Prompts
+// are a 512-character system prompt of pseudo-words per group (about 420
+// tokens: the generated vocabulary splits them to ~0.8 tokens per
+// character) and a unique 40–120-character message, so the shared prefix
+// is most of every prompt, and prefill, which grows with the square of
+// the prompt on a 64-wide model, costs several times more on a miss than
+// on a hit (docs/routing-evaluation.md gives the measured figures). The
+// "slow" instances serve a model with twice the layers under the same
+// name, standing for hardware half as fast. The workload is small — 24
+// warm-up requests (a group is left unseen by them with probability
+// (7/8)^24 ≈ 4%, so a group's first prefill is seldom scored) and 60
+// scored, in a closed loop of 2 — because four engines, the gateway and
+// the load share two cores.
+//
+// Caching sets round-robin's tail by design, so the ⅓-of-round-robin
+// target applies (decided before any run of these fleets): round-robin
+// sends each of the eight groups to every instance, whose four slots then
+// hold a request's prefix only when one of its last four requests shared
+// it (about 40% for eight equally likely groups), so most requests pay a
+// full prefill, the slow instances' the longest; keeping each group on
+// one instance puts two groups on each, whose last four requests then
+// almost always include the group's own.
+func OllamaFleets() []Fleet {
+	fast := gguf.DefaultConfig()
+	slow := fast
+	slow.Layers *= 2
+	in := func(c gguf.Config) OllamaInstance { return OllamaInstance{Model: c, Parallel: 4, Threads: 1} }
+	w := Workload{Groups: 8, PrefixChars: 512, SuffixMin: 40, SuffixMax: 120, OutputTokens: 4,
+		Warmup: 24, Requests: 60, Concurrency: 2}
+	f := func(name, about string, insts ...OllamaInstance) Fleet {
+		return Fleet{Name: name, About: about, Ollama: insts, ModelName: OllamaModel, HealthPath: "/v1/models",
+			Workload: w, SLO: ollamaSLO, CacheMatters: true}
+	}
+	return []Fleet{
+		f("ollama", "4 Ollama instances (2 fast, 2 with a 2× deeper model), 4 prompt-cache slots each, 8 groups",
+			in(fast), in(fast), in(slow), in(slow)),
+		f("ollama-three", "3 Ollama instances (2 fast, 1 with a 2× deeper model), 4 prompt-cache slots each, 8 groups",
+			in(fast), in(fast), in(slow)),
+	}
+}
+
+// ollamaSLO is the Ollama fleets' TTFT target: a cached prompt meets it
+// on either kind of instance, a full prefill on a slow instance does not.
+const ollamaSLO = 300 * time.Millisecond
+
+// OllamaFleetNames lists the real-engine fleets.
+func OllamaFleetNames() []string {
+	var ns []string
+	for _, f := range OllamaFleets() {
 		ns = append(ns, f.Name)
 	}
 	return ns

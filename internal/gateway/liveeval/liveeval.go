@@ -34,7 +34,9 @@ type Result struct {
 	Attainment float64
 	Goodput    float64
 	// HitRate is the share of prompt characters the stand-ins served
-	// from their caches over the whole run (NaN for simulator fleets).
+	// from their caches over the whole run, or of prompt tokens real
+	// engines took from theirs (Engines.HitRate; NaN for simulator
+	// fleets).
 	HitRate float64
 	// Learned is each backend's cache capacity as the scheduler learnt
 	// it at the end of the run, in its index blocks (0: the whole index).
@@ -102,6 +104,14 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 		}()
 		lite = ss
 	}
+	if fleet.Engines != nil {
+		// Real engines outlive the run: clear what the last run left.
+		us, err := fleet.Engines.Reset(ctx)
+		if err != nil {
+			return Result{}, fmt.Errorf("fleet %s: %w", fleet.Name, err)
+		}
+		fleet.URLs = us
+	}
 	switch {
 	case len(fleet.StandIns) > 0:
 		ss, err := standin.StartFleet(ctx, fleet.StandIns)
@@ -143,7 +153,7 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 	for _, s := range lite {
 		liteURLs = append(liteURLs, s.URL())
 	}
-	g, gwURL, stop, err := startGateway(ctx, fleet, policy, seed, urls, liteURLs)
+	sc, gwURL, stop, err := startFront(ctx, fleet, policy, seed, urls, liteURLs)
 	if err != nil {
 		return Result{}, fmt.Errorf("fleet %s, policy %s: %w", fleet.Name, policy, err)
 	}
@@ -173,8 +183,10 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 	for _, s := range lite {
 		out.Degraded += int(s.Stats().Requests)
 	}
-	out.Reasons = reasons(ctx, gwURL)
-	for _, b := range g.Scheduler().Backends() {
+	if _, viaEPP := SplitEPP(policy); !viaEPP {
+		out.Reasons = reasons(ctx, gwURL)
+	}
+	for _, b := range sc.Backends() {
 		out.Learned = append(out.Learned, b.CacheCapacity())
 		st := b.PredictorStats()
 		if st.JointN == 0 {
@@ -201,6 +213,9 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 			q, h = q+st.QueriedChars, h+st.HitChars
 		}
 		out.HitRate = float64(h) / float64(max(q, 1))
+	}
+	if fleet.Engines != nil {
+		out.HitRate = fleet.Engines.HitRate()
 	}
 	out.Wall = time.Since(t0)
 	if out.N == 0 {

@@ -20,6 +20,8 @@ type Options struct {
 	Seeds    []uint64
 	// Progress, when set, hears each run's result as it finishes.
 	Progress func(Result)
+	// Ollama is the ollama binary that fleets of Ollama instances need.
+	Ollama string
 }
 
 // Run evaluates every policy on every fleet with every seed, one run at a
@@ -27,20 +29,42 @@ type Options struct {
 func Run(ctx context.Context, opt Options) ([]Result, error) {
 	var out []Result
 	for _, f := range opt.Fleets {
-		for _, seed := range opt.Seeds {
-			for _, pol := range opt.Policies {
-				if err := ctx.Err(); err != nil {
-					return out, err
-				}
-				r, err := RunOne(ctx, f, pol, seed)
-				if err != nil {
-					return out, fmt.Errorf("fleet %s, policy %s, seed %d: %w", f.Name, pol, seed, err)
-				}
-				if opt.Progress != nil {
-					opt.Progress(r)
-				}
-				out = append(out, r)
+		// Real engines are started once for the fleet's runs (each run
+		// resets them) and stopped before the next fleet's.
+		f, stop, err := startEngines(ctx, f, opt.Ollama)
+		if err != nil {
+			return out, fmt.Errorf("fleet %s: %w", f.Name, err)
+		}
+		rs, err := runFleet(ctx, f, opt)
+		stop()
+		out = append(out, rs...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// runFleet runs every policy with every seed on one fleet.
+func runFleet(ctx context.Context, f Fleet, opt Options) ([]Result, error) {
+	var out []Result
+	for _, seed := range opt.Seeds {
+		for _, pol := range opt.Policies {
+			if err := ctx.Err(); err != nil {
+				return out, err
 			}
+			r, err := RunOne(ctx, f, pol, seed)
+			if err != nil {
+				err = fmt.Errorf("fleet %s, policy %s, seed %d: %w", f.Name, pol, seed, err)
+				if f.Engines != nil {
+					err = fmt.Errorf("%w\n%s", err, f.Engines.Diagnose())
+				}
+				return out, err
+			}
+			if opt.Progress != nil {
+				opt.Progress(r)
+			}
+			out = append(out, r)
 		}
 	}
 	return out, nil

@@ -1,0 +1,233 @@
+package liveeval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ttft-dev/ttft/internal/gateway"
+	"github.com/ttft-dev/ttft/internal/gateway/epp"
+	"github.com/ttft-dev/ttft/internal/gateway/epp/dataplane"
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+)
+
+// EPPPrefix, in a run's policy "epp:POLICY", routes the run through the
+// Endpoint Picker (package epp) instead of the gateway: the picker runs
+// POLICY in-process on a loopback gRPC port over a static list of the
+// fleet's backends, and package dataplane — the Envoy stand-in — serves
+// the clients over HTTP in front of it, asking the picker per request and
+// forwarding to the endpoint it names. Everything else is the gateway
+// run's: the same fleet, seed, request sequence and SLO (set on every
+// request as header x-ttft-slo-ms, as an Envoy header_mutation filter
+// ahead of ext_proc would, where the gateway takes it from its route).
+const EPPPrefix = "epp:"
+
+// SplitEPP reports whether policy is routed through the picker, and the
+// policy without the prefix.
+func SplitEPP(policy string) (string, bool) { return strings.CutPrefix(policy, EPPPrefix) }
+
+// CheckEPPPolicy refuses what the picker cannot run: admission and
+// predictor modes are the gateway's (a policy with a suffix), and lighter
+// models (admission fleets).
+func CheckEPPPolicy(policy string) error {
+	inner, ok := SplitEPP(policy)
+	if !ok {
+		return nil
+	}
+	_, adm, pred := SplitPolicy(inner)
+	if adm != gateway.AdmitBestEffort || pred != sched.PredictorDefault {
+		return fmt.Errorf("policy %q: the Endpoint Picker takes a scheduling policy alone (admission and predictor modes are the gateway's)", policy)
+	}
+	return nil
+}
+
+// startFront starts what routes a run: the gateway, or the picker behind
+// the data plane for an "epp:" policy. It returns the scheduler deciding,
+// the URL clients send to, and what stops it all.
+func startFront(ctx context.Context, fleet Fleet, policy string, seed uint64, urls, liteURLs []string) (*sched.Scheduler, string, func(), error) {
+	inner, viaEPP := SplitEPP(policy)
+	if !viaEPP {
+		g, u, stop, err := startGateway(ctx, fleet, policy, seed, urls, liteURLs)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return g.Scheduler(), u, stop, nil
+	}
+	if err := CheckEPPPolicy(policy); err != nil {
+		return nil, "", nil, err
+	}
+	if len(liteURLs) > 0 {
+		return nil, "", nil, fmt.Errorf("fleet %s has a lighter model's backends, which only the gateway's admission uses", fleet.Name)
+	}
+	return startEPP(ctx, fleet, inner, seed, urls)
+}
+
+// eppReadyTimeout bounds the wait for the picker's first scrape.
+const eppReadyTimeout = 15 * time.Second
+
+// startEPP serves a picker running policy over urls and the data plane in
+// front of it, both on loopback ports, and waits until the picker has
+// scraped its endpoints.
+//
+// The picker keeps its own defaults (metrics and /health read every
+// 100 ms) where the gateway's run reads them every second: each is run as
+// it would be deployed (a trial with the picker at 1 s routed worse;
+// docs/routing-evaluation.md). Backends already running (fleet.URLs: real
+// engines) are not scraped, as the gateway's run does not scrape them.
+func startEPP(ctx context.Context, fleet Fleet, policy string, seed uint64, urls []string) (*sched.Scheduler, string, func(), error) {
+	var eps []epp.Endpoint
+	for _, u := range urls {
+		addr, err := endpointAddr(ctx, u)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		eps = append(eps, epp.Endpoint{Addr: addr})
+	}
+	opts := epp.Options{Policy: policy, Seed: seed}
+	if len(fleet.URLs) > 0 {
+		opts.ScrapeInterval, opts.HealthPath = -1, "-"
+	}
+	p, err := epp.New(opts, eps)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var lc net.ListenConfig
+	gln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("endpoint picker: %w", err)
+	}
+	hln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		gln.Close()
+		return nil, "", nil, fmt.Errorf("data plane: %w", err)
+	}
+	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		return nil, "", nil, fmt.Errorf("data plane: connecting to the endpoint picker: %w", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	pdone, ddone := make(chan error, 1), make(chan error, 1)
+	go func() { pdone <- p.Serve(sctx, gln, time.Second) }()
+	dp := dataplane.New(conn, dataplane.Options{RequestHeaders: map[string]string{
+		"x-ttft-slo-ms": strconv.FormatInt(fleet.SLO.Milliseconds(), 10)}})
+	go func() { ddone <- dp.Serve(sctx, hln, time.Second) }()
+	stop := func() {
+		cancel()
+		<-ddone
+		conn.Close()
+		<-pdone
+	}
+	deadline := time.Now().Add(eppReadyTimeout)
+	for !p.Ready() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, "", nil, fmt.Errorf("endpoint picker not ready after %v: its endpoints' metrics cannot be read", eppReadyTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return p.Scheduler(), "http://" + hln.Addr().String(), stop, nil
+}
+
+// endpointAddr is a backend URL's ip:port, as the protocol names
+// endpoints (a host name is resolved).
+func endpointAddr(ctx context.Context, raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("backend URL %q: %w", raw, err)
+	}
+	if u.Scheme != "http" || u.Port() == "" {
+		return "", fmt.Errorf("backend URL %q: the data plane forwards plain http to an ip:port", raw)
+	}
+	host := u.Hostname()
+	if net.ParseIP(host) == nil {
+		ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+		if err != nil || len(ips) == 0 {
+			return "", errors.Join(fmt.Errorf("backend URL %q: resolving %s", raw, host), err)
+		}
+		host = ips[0].String()
+	}
+	return net.JoinHostPort(host, u.Port()), nil
+}
+
+// EPPComparison is, on one fleet, a policy through the picker against the
+// same policy through the gateway (medians across seeds).
+type EPPComparison struct {
+	Fleet, Policy string
+	Gateway, EPP  Summary
+	// MeanRatio and P99Ratio are the picker's over the gateway's (lower
+	// is better); AttainRatio the picker's SLO attainment over the
+	// gateway's (higher is better); HitDiff the picker's cache hit rate
+	// less the gateway's, in points of share (NaN without stand-ins).
+	MeanRatio, P99Ratio, AttainRatio, HitDiff float64
+	// Within: the picker's mean, P99 and attainment are each within
+	// EPPTolerance of the gateway's, or better (issue 19's target).
+	Within bool
+}
+
+// EPPTolerance is issue 19's target: the picker's routing quality within
+// 5% of the gateway's own.
+const EPPTolerance = 0.05
+
+// CompareEPP pairs every "epp:POLICY" summary with POLICY's on the same
+// fleet.
+func CompareEPP(sums []Summary) []EPPComparison {
+	var out []EPPComparison
+	for _, e := range sums {
+		inner, ok := SplitEPP(e.Policy)
+		if !ok {
+			continue
+		}
+		for _, g := range sums {
+			if g.Fleet != e.Fleet || g.Policy != inner {
+				continue
+			}
+			c := EPPComparison{Fleet: e.Fleet, Policy: inner, Gateway: g, EPP: e,
+				MeanRatio: ratio(float64(e.Mean), float64(g.Mean)), P99Ratio: ratio(float64(e.P99), float64(g.P99)),
+				AttainRatio: ratio(e.Attainment, g.Attainment), HitDiff: e.HitRate - g.HitRate}
+			c.Within = c.MeanRatio <= 1+EPPTolerance && c.P99Ratio <= 1+EPPTolerance && c.AttainRatio >= 1-EPPTolerance
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// FormatEPP writes CompareEPP's pairs as a Markdown table.
+func FormatEPP(w io.Writer, cs []EPPComparison) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintf(tw, "| fleet\t policy\t mean ms gw / epp\t ratio\t P99 ms gw / epp\t ratio\t attain gw / epp\t ratio\t cache hit gw / epp\t within 5%%\t\n")
+	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 10))
+	for _, c := range cs {
+		hit := "–"
+		if !math.IsNaN(c.HitDiff) {
+			hit = fmt.Sprintf("%.0f%% / %.0f%%", 100*c.Gateway.HitRate, 100*c.EPP.HitRate)
+		}
+		ok := "yes"
+		if !c.Within {
+			ok = "**no**"
+		}
+		fmt.Fprintf(tw, "| %s\t %s\t %.1f / %.1f\t %.2f\t %.1f / %.1f\t %.2f\t %.1f%% / %.1f%%\t %.3f\t %s\t %s\t\n",
+			c.Fleet, c.Policy, ms(c.Gateway.Mean), ms(c.EPP.Mean), c.MeanRatio, ms(c.Gateway.P99), ms(c.EPP.P99), c.P99Ratio,
+			100*c.Gateway.Attainment, 100*c.EPP.Attainment, c.AttainRatio, hit, ok)
+	}
+	tw.Flush()
+}
