@@ -31,8 +31,8 @@ func TestCorpusParses(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if len(rows) < 100 || len(src) < 8 {
-		t.Errorf("corpus has %d rows from %d sources, want ≥ 100 from ≥ 8", len(rows), len(src))
+	if len(rows) < 160 || len(src) < 11 {
+		t.Errorf("corpus has %d rows from %d sources, want ≥ 160 from ≥ 11", len(rows), len(src))
 	}
 }
 
@@ -183,14 +183,20 @@ func pick(meas, pred float64) float64 {
 // TestLeaveOneSourceOut is the accuracy the simulator reaches on sources it
 // was not fitted to (docs/simulator-validation.md, `ttft sim validate
 // --loso`). The bounds are the medians achieved plus a little slack, so a
-// regression fails (achieved: TTFT 12.6 % overall, batch-1 7.2 %, static
-// 0.7 %, open loop 15.4 %, closed loop 17.3 %; throughput 11.3 %, static
-// 11.6 %, open loop 10.5 %, closed loop 4.8 %, saturation 10.0 % — the
-// TensorRT-LLM tables 9.9 %; ITL 12.2 %). The issue's TTFT targets (≤ 15 %
-// overall, ≤ 25 % per category) are met; saturation throughput is at the
-// 10 % line overall (10.001 %) and within it for every source but two
-// (the MI300X and SGLang bursts) — see the docs for why. Throughput closed loop (three
-// rows) read 2.0 % before the per-kernel roofline; its bound stays 8 %.
+// regression fails (achieved with the GPUStack, AMD and zhjunqin rows, 161
+// rows from 11 sources: TTFT 16.3 % overall, batch-1 6.0 %, static 0.7 %,
+// open loop and bursts 22.2 %, closed loop 32.6 %; throughput 11.5 %,
+// static 13.0 %, open loop and bursts 11.0 %, closed loop 4.7 %,
+// saturation 11.7 % — the TensorRT-LLM tables 10.5 %, GPUStack 13.0 %;
+// ITL 10.2 %). Before them (105 rows, 8 sources) they read TTFT 12.3 /
+// 7.2 / 0.7 / 13.3 / 17.3 %, throughput 10.5 / 11.6 / 7.2 / 4.8 / 10.0 %,
+// ITL 9.7 %: GPUStack's closed loops miss on a front-end cost the profiles
+// do not carry (vLLM 0.11 and trtllm-serve: ≈ 45–60 ms measured, 11–17 ms
+// simulated), the RTX 3090 sweeps saturate in the simulator at rates the
+// real servers held, and AMD's static batches move the shared overhead
+// factors a little for every fold. Of the issue's targets, TTFT per
+// category ≤ 25 % holds for batch-1, static and open loop but not closed
+// loop; TTFT overall ≤ 15 % and saturation throughput ≤ 10 % are missed.
 func TestLeaveOneSourceOut(t *testing.T) {
 	rows, err := DefaultCorpus()
 	if err != nil {
@@ -216,28 +222,29 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		name string
 		max  float64
 	}{
-		{"TTFT all", 13.5},
+		{"TTFT all", 17},
 		{"TTFT batch1", 10},
 		{"TTFT static", 5},
-		{"TTFT rate", 15},
-		{"TTFT closed", 20},
-		{"throughput all", 12},
-		{"throughput static", 13},
-		{"throughput rate", 9},
+		{"TTFT rate", 24},
+		{"TTFT closed", 35},
+		{"throughput all", 12.5},
+		{"throughput static", 14},
+		{"throughput rate", 12.5},
 		{"throughput closed", 8},
-		{"throughput saturation", 11},
+		{"throughput saturation", 12.5},
 		{"ITL all", 11},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
 			t.Errorf("%s: median |error| %.1f%%, want ≤ %g%%", tc.name, got, tc.max)
 		}
 	}
-	// Saturation throughput per source, where it is within the issue's
-	// 10 %: the TensorRT-LLM peak-throughput tables (41 rows) and the two
-	// closed loops at their top concurrency.
+	// Saturation throughput per source: within the issue's 10 % for the
+	// TensorRT-LLM peak-throughput tables (41 rows) and the two closed
+	// loops at their top concurrency; GPUStack's bursts and top closed
+	// loop (10 rows) are pinned where they are.
 	for _, s := range SummarizeBySource(res.Rows) {
 		t.Logf("%-14s saturation throughput median |error| %5.1f%%", s.Source, s.Saturation)
-		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8}[s.Source]
+		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8, "gpustack": 15}[s.Source]
 		if ok && !(s.Saturation <= max) {
 			t.Errorf("%s: saturation throughput median |error| %.1f%%, want ≤ %.0f%%", s.Source, s.Saturation, max)
 		}
@@ -456,7 +463,8 @@ func TestKernelRoofline(t *testing.T) {
 // well the model's form can reproduce the saturation rows it was fitted
 // to — the in-sample counterpart of TestLeaveOneSourceOut, which shows
 // what the form allows when the priors are not the limit (achieved: the
-// 41 TensorRT-LLM peak-throughput rows at 8.5 %, loss 0.0226). The model
+// 41 TensorRT-LLM peak-throughput rows at 8.7 %, loss 0.0235, with AMD's
+// MI300X latency table in the fit; 8.5 %, 0.0226 before it). The model
 // before this form — one roofline per step, one memory efficiency for
 // both vendors — read 11.3 % at loss 0.0273.
 func TestFitInSample(t *testing.T) {
