@@ -8,12 +8,18 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"golang.org/x/term"
 
 	"github.com/ttft-dev/ttft/internal/cli"
 )
 
 func main() {
+	// go-redis logs every failed dial on stderr through a process-wide
+	// logger, many lines a second while Redis is down; the gateway's shared
+	// state says itself, once, that it lost Redis and routes on local state.
+	redis.SetLogger(&logging.VoidLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	exe, _ := os.Executable()
 	code := cli.Main(ctx, cli.Env{
