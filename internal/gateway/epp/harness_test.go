@@ -73,28 +73,12 @@ func hostPort(url string) string { return strings.TrimPrefix(url, "http://") }
 // with a connected Envoy harness.
 func startPicker(t testing.TB, opts Options, eps []Endpoint) (*Server, *envoy) {
 	t.Helper()
-	s, err := New(opts, eps)
+	s, addr := servePicker(t, opts, eps)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, time.Second) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("picker: %v", err)
-		}
-	})
+	t.Cleanup(func() { conn.Close() }) // before the picker stops: cleanups run last first
 	return s, &envoy{t: t, conn: conn, proc: extprocv3.NewExternalProcessorClient(conn),
 		dp: dataplane.New(conn, dataplane.Options{HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}})}
 }
