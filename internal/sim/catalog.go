@@ -106,9 +106,9 @@ type EngineProfile struct {
 	// Scheduler is the engine's batching policy when a deployment does not
 	// set one: "v1" (chunked prefill mixed with decodes under a token
 	// budget: vLLM ≥ 0.8, TensorRT-LLM's in-flight batching with context
-	// chunking) or "v0" (prefill first, whole prompts, never mixed with
-	// decodes: vLLM ≤ 0.7, TGI, lmdeploy TurboMind, SGLang's default
-	// policy). Empty: v1.
+	// chunking, lmdeploy TurboMind's dynamic split&fuse) or "v0" (prefill
+	// first, whole prompts, never mixed with decodes: vLLM ≤ 0.7, TGI,
+	// SGLang's default policy). Empty: v1.
 	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
 	// WaitingServedRatio and MaxWaitingTokens are TGI's router policy
 	// for starting a prefill while a batch is decoding (v0 scheduler
@@ -131,6 +131,29 @@ type EngineProfile struct {
 	// int8/int4 weights on the device's int8 dot-product units (llama.cpp's
 	// Q8_0 × Q4_0 path) instead of unpacking to 16-bit.
 	Int8Activations bool `yaml:"int8_activations,omitempty" json:"int8_activations,omitempty"`
+	// GuaranteedNoEvict is TensorRT-LLM's default capacity scheduler
+	// (CapacitySchedulerPolicy GUARANTEED_NO_EVICT): a request is admitted
+	// only when the KV blocks it needs to finish (prompt + max_tokens),
+	// together with what every running request still needs to finish, fit
+	// in the cache, so a running request is never preempted and recomputed.
+	// false: vLLM's policy (admit on the prompt's blocks, preempt the newest
+	// when decodes run out).
+	GuaranteedNoEvict bool `yaml:"guaranteed_no_evict,omitempty" json:"guaranteed_no_evict,omitempty"`
+	// KVFreeFraction sizes the KV cache as this fraction of the memory
+	// left free after the weights and reserve_gb (lmdeploy TurboMind's
+	// cache_max_entry_count, 0.8 by default since v0.2.1; TensorRT-LLM's
+	// free_gpu_memory_fraction, 0.9) instead of vLLM's
+	// gpu_memory_utilization × total − weights − reserve. 0: vLLM's.
+	KVFreeFraction float64 `yaml:"kv_free_fraction,omitempty" json:"kv_free_fraction,omitempty"`
+	// KVWatermark is the fraction of the KV blocks a new prompt must leave
+	// free to be admitted (vLLM V0's BlockSpaceManager watermark, 0.01 by
+	// default), so that running sequences have room to grow before one
+	// is preempted. 0: admit while the prompt fits (vLLM V1).
+	KVWatermark float64 `yaml:"kv_watermark,omitempty" json:"kv_watermark,omitempty"`
+	// MaxNumSeqs is the engine's default limit on requests batched at
+	// once, used when a deployment sets none (0: vLLM's 256;
+	// trtllm-serve's max_batch_size defaults to 2048).
+	MaxNumSeqs int `yaml:"max_num_seqs,omitempty" json:"max_num_seqs,omitempty"`
 }
 
 // Catalog is the set of known models, GPUs and engine profiles.

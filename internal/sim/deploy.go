@@ -121,9 +121,6 @@ func (c Config) withDefaults() Config {
 	if c.TensorParallelSize <= 0 {
 		c.TensorParallelSize = 1
 	}
-	if c.MaxNumSeqs <= 0 {
-		c.MaxNumSeqs = 256
-	}
 	if c.GPUMemoryUtilization <= 0 {
 		c.GPUMemoryUtilization = 0.9
 	}
@@ -189,6 +186,14 @@ func lookUp(cat *Catalog, cfg Config) (*Deployment, error) {
 	prof, err := cat.Engine(cfg.Engine)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.MaxNumSeqs <= 0 {
+		// The engine's own batch limit (vLLM's 256 unless the profile
+		// names another).
+		cfg.MaxNumSeqs = 256
+		if prof.MaxNumSeqs > 0 {
+			cfg.MaxNumSeqs = prof.MaxNumSeqs
+		}
 	}
 	d := &Deployment{Config: cfg, Model: *m, GPU: *g, Profile: *prof, TP: cfg.TensorParallelSize, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs}
 	tp := d.TP
@@ -357,6 +362,13 @@ func (d *Deployment) sizeKVCache() error {
 	budget := mem * cfg.GPUMemoryUtilization
 	d.WeightGBGPU = (d.WeightBytes/float64(tp) + d.DraftWeightBytes) / 1e9
 	d.KVGBPerGPU = budget - d.WeightGBGPU - prof.ReserveGB
+	if f := prof.KVFreeFraction; f > 0 {
+		// lmdeploy TurboMind (cache_max_entry_count) and TensorRT-LLM
+		// (free_gpu_memory_fraction): the cache takes a fraction of what
+		// is free once the weights are loaded; the rest stays for
+		// activations and workspaces.
+		d.KVGBPerGPU = f * (mem - d.WeightGBGPU - prof.ReserveGB)
+	}
 	if d.KVGBPerGPU <= 0 {
 		return fmt.Errorf("%s does not fit on %d× %s: weights need %.1f GB per GPU, available %.1f GB (%.0f GB × %.2f utilisation − %.1f GB reserve); try a larger --tensor-parallel-size, --quantization fp8 or a bigger GPU",
 			d.Model.Name, tp, g.Name, d.WeightGBGPU, budget-prof.ReserveGB, mem, cfg.GPUMemoryUtilization, prof.ReserveGB)

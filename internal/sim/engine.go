@@ -452,6 +452,17 @@ func (e *Engine) makeRoom(s *Seq, total int) (ok bool, preempted int) {
 // prompts that fit the budget whole. It returns the budget left.
 func (e *Engine) schedWaiting(now time.Duration, budget int, chunk bool) int {
 	d := e.d
+	noEvict := d.Profile.GuaranteedNoEvict
+	headroom := 0
+	if noEvict {
+		headroom = e.noEvictHeadroom()
+	}
+	watermark := 0
+	if len(e.running) > 0 {
+		// vLLM would refuse outright a prompt that only an idle cache
+		// holds; here it runs alone rather than wait forever.
+		watermark = int(d.Profile.KVWatermark * float64(d.NumBlocks))
+	}
 	for e.NumWaiting() > 0 && len(e.running) < d.MaxNumSeqs && budget > 0 {
 		s := e.waiting[e.wHead]
 		hit, covered := e.cachedPrefix(s)
@@ -466,14 +477,43 @@ func (e *Engine) schedWaiting(now time.Duration, budget int, chunk bool) int {
 		// the free queue stop being free once taken. Evicted slots
 		// take no block.
 		need := (covered*d.BlockSize+n+d.BlockSize-1)/d.BlockSize - covered
-		if need+e.freeAmongHits(s.hashes[:covered]) > e.kv.numFree() {
+		if need+e.freeAmongHits(s.hashes[:covered])+watermark > e.kv.numFree() {
 			break
+		}
+		if noEvict {
+			// The whole request must fit beside what the running ones
+			// still need to finish.
+			full := e.blocksToFinish(s) - covered + e.freeAmongHits(s.hashes[:covered])
+			if full > headroom {
+				break
+			}
+			headroom -= full
 		}
 		e.popWaiting()
 		e.start(s, now, hit, covered, n)
 		budget -= n
 	}
 	return budget
+}
+
+// blocksToFinish is the blocks s holds when it ends at max_tokens (or the
+// model's maximum length).
+func (e *Engine) blocksToFinish(s *Seq) int {
+	bs := e.d.BlockSize
+	return (min(s.PromptLen+s.MaxTokens, e.d.MaxModelLen) + bs - 1) / bs
+}
+
+// noEvictHeadroom is the free blocks less those the running sequences
+// still need to reach their ends (TensorRT-LLM's GUARANTEED_NO_EVICT
+// accounting): what a new request may reserve in full.
+func (e *Engine) noEvictHeadroom() int {
+	free := e.kv.numFree()
+	for _, s := range e.running {
+		if more := e.blocksToFinish(s) - len(s.blocks); more > 0 {
+			free -= more
+		}
+	}
+	return free
 }
 
 // cachedPrefix returns covered, the leading prompt blocks of s needing no

@@ -225,14 +225,14 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		{"TTFT all", 17},
 		{"TTFT batch1", 10},
 		{"TTFT static", 5},
-		{"TTFT rate", 24},
+		{"TTFT rate", 21},
 		{"TTFT closed", 35},
-		{"throughput all", 12.5},
+		{"throughput all", 12},
 		{"throughput static", 14},
-		{"throughput rate", 12.5},
+		{"throughput rate", 11},
 		{"throughput closed", 8},
-		{"throughput saturation", 12.5},
-		{"ITL all", 11},
+		{"throughput saturation", 12},
+		{"ITL all", 10},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
 			t.Errorf("%s: median |error| %.1f%%, want ≤ %g%%", tc.name, got, tc.max)
@@ -241,10 +241,11 @@ func TestLeaveOneSourceOut(t *testing.T) {
 	// Saturation throughput per source: within the 10 % for the
 	// TensorRT-LLM peak-throughput tables (41 rows) and the two closed
 	// loops at their top concurrency; GPUStack's bursts and top closed
-	// loop (10 rows) are pinned where they are.
+	// loop (10 rows) are pinned where they are (13.0 → 11.6 % once the
+	// trtllm profiles admit as GUARANTEED_NO_EVICT).
 	for _, s := range SummarizeBySource(res.Rows) {
 		t.Logf("%-14s saturation throughput median |error| %5.1f%%", s.Source, s.Saturation)
-		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8, "gpustack": 15}[s.Source]
+		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8, "gpustack": 13}[s.Source]
 		if ok && !(s.Saturation <= max) {
 			t.Errorf("%s: saturation throughput median |error| %.1f%%, want ≤ %.0f%%", s.Source, s.Saturation, max)
 		}
@@ -260,9 +261,10 @@ func TestProfileScheduler(t *testing.T) {
 		{"vllm", "", ""},
 		{"vllm-v0", "", "v0"},
 		{"tgi", "", "v0"},
-		{"lmdeploy", "", "v0"},
+		{"lmdeploy", "", ""}, // TurboMind: dynamic split&fuse
 		{"sglang", "", "v0"},
 		{"trtllm", "", ""},
+		{"trtllm-serve", "", ""},
 		{"tgi", "v1", "v1"},
 	} {
 		d, err := Resolve(nil, Config{Model: "llama-3.1-8b", GPU: "h100-sxm", Engine: tc.engine, Scheduler: tc.sched, MaxModelLen: 8192})
