@@ -112,6 +112,10 @@ reset (model unloaded and reloaded, caches empty) before every run.`,
 					fmt.Fprintf(env.Stderr, "%s %s seed %d: P99 %.1f ms, mean %.1f ms, attain %.1f%% (admitted %.1f%%, %d rejected), hit %.0f%%, %d failed, decisions %v (%.1fs)\n",
 						r.Fleet, r.Policy, r.Seed, r.P99.Seconds()*1000, r.Mean.Seconds()*1000, 100*r.Attainment, 100*r.AdmittedAttainment, r.Rejected,
 						100*r.HitRate, r.Failed, r.Reasons, r.Wall.Seconds())
+					if r.BackendN > 0 {
+						fmt.Fprintf(env.Stderr, "  backend-side (%d requests): P99 %.1f ms, P95 %.1f ms, mean %.1f ms (queued %.1f ms), attain %.1f%%\n",
+							r.BackendN, r.BackendP99.Seconds()*1000, r.BackendP95.Seconds()*1000, r.BackendMean.Seconds()*1000, r.BackendQueued.Seconds()*1000, 100*r.BackendAttainment)
+					}
 				}
 			}
 			rs, err := liveeval.Run(cmd.Context(), opt)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -163,18 +164,28 @@ func endpointAddr(ctx context.Context, raw string) (string, error) {
 }
 
 // EPPComparison is, on one fleet, a policy through the picker against the
-// same policy through the gateway (medians across seeds).
+// same policy through the gateway (medians across seeds), in two views:
+// client-side (what bench measured through each front: routing and the
+// path together) and backend-side (what the stand-ins measured: routing
+// alone — which backend each request landed on, whether its prefix was
+// cached there, how long it queued and prefilled).
 type EPPComparison struct {
 	Fleet, Policy string
 	Gateway, EPP  Summary
-	// MeanRatio and P99Ratio are the picker's over the gateway's (lower
-	// is better); AttainRatio the picker's SLO attainment over the
-	// gateway's (higher is better); HitDiff the picker's cache hit rate
-	// less the gateway's, in points of share (NaN without stand-ins).
+	// Client-side: MeanRatio and P99Ratio are the picker's over the
+	// gateway's (lower is better); AttainRatio the picker's SLO
+	// attainment over the gateway's (higher is better); HitDiff the
+	// picker's cache hit rate less the gateway's, in points of share (NaN
+	// without stand-ins).
 	MeanRatio, P99Ratio, AttainRatio, HitDiff float64
-	// Within: the picker's mean, P99 and attainment are each within
-	// EPPTolerance of the gateway's, or better (issue 19's target).
+	// Within: the picker's client-side mean, P99 and attainment are each
+	// within EPPTolerance of the gateway's, or better.
 	Within bool
+	// Backend-side ratios, as the client-side ones (NaN unless both
+	// summaries have backend figures), and BackendWithin, issue 19's
+	// target judged on them: the picker's routing quality.
+	BackendMeanRatio, BackendP99Ratio, BackendAttainRatio float64
+	BackendWithin                                         bool
 }
 
 // EPPTolerance is issue 19's target: the picker's routing quality within
@@ -196,12 +207,25 @@ func CompareEPP(sums []Summary) []EPPComparison {
 			}
 			c := EPPComparison{Fleet: e.Fleet, Policy: inner, Gateway: g, EPP: e,
 				MeanRatio: ratio(float64(e.Mean), float64(g.Mean)), P99Ratio: ratio(float64(e.P99), float64(g.P99)),
-				AttainRatio: ratio(e.Attainment, g.Attainment), HitDiff: e.HitRate - g.HitRate}
-			c.Within = c.MeanRatio <= 1+EPPTolerance && c.P99Ratio <= 1+EPPTolerance && c.AttainRatio >= 1-EPPTolerance
+				AttainRatio: ratio(e.Attainment, g.Attainment), HitDiff: e.HitRate - g.HitRate,
+				BackendMeanRatio: math.NaN(), BackendP99Ratio: math.NaN(), BackendAttainRatio: math.NaN()}
+			c.Within = withinTolerance(c.MeanRatio, c.P99Ratio, c.AttainRatio)
+			if e.Backend && g.Backend {
+				c.BackendMeanRatio = ratio(float64(e.BackendMean), float64(g.BackendMean))
+				c.BackendP99Ratio = ratio(float64(e.BackendP99), float64(g.BackendP99))
+				c.BackendAttainRatio = ratio(e.BackendAttainment, g.BackendAttainment)
+				c.BackendWithin = withinTolerance(c.BackendMeanRatio, c.BackendP99Ratio, c.BackendAttainRatio)
+			}
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// withinTolerance: mean and P99 no more than EPPTolerance over, and
+// attainment no more than EPPTolerance under (a NaN is not within).
+func withinTolerance(mean, p99, attain float64) bool {
+	return mean <= 1+EPPTolerance && p99 <= 1+EPPTolerance && attain >= 1-EPPTolerance
 }
 
 func ratio(a, b float64) float64 {
@@ -211,23 +235,103 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// FormatEPP writes CompareEPP's pairs as a Markdown table.
+// EPPMedians are the medians of CompareEPP's ratios over its pairs (those
+// with the figures, for the backend-side ones), and how many pairs met the
+// target in each view.
+type EPPMedians struct {
+	Pairs, BackendPairs                                   int
+	MeanRatio, P99Ratio, AttainRatio                      float64
+	BackendMeanRatio, BackendP99Ratio, BackendAttainRatio float64
+	Within, BackendWithin                                 int
+}
+
+// MedianEPP summarises cs.
+func MedianEPP(cs []EPPComparison) EPPMedians {
+	med := func(f func(EPPComparison) float64) float64 {
+		var xs []float64
+		for _, c := range cs {
+			if x := f(c); !math.IsNaN(x) {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		slices.Sort(xs)
+		n := len(xs)
+		if n%2 == 1 {
+			return xs[n/2]
+		}
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	m := EPPMedians{Pairs: len(cs),
+		MeanRatio:          med(func(c EPPComparison) float64 { return c.MeanRatio }),
+		P99Ratio:           med(func(c EPPComparison) float64 { return c.P99Ratio }),
+		AttainRatio:        med(func(c EPPComparison) float64 { return c.AttainRatio }),
+		BackendMeanRatio:   med(func(c EPPComparison) float64 { return c.BackendMeanRatio }),
+		BackendP99Ratio:    med(func(c EPPComparison) float64 { return c.BackendP99Ratio }),
+		BackendAttainRatio: med(func(c EPPComparison) float64 { return c.BackendAttainRatio }),
+	}
+	for _, c := range cs {
+		if c.Within {
+			m.Within++
+		}
+		if !math.IsNaN(c.BackendMeanRatio) {
+			m.BackendPairs++
+			if c.BackendWithin {
+				m.BackendWithin++
+			}
+		}
+	}
+	return m
+}
+
+// FormatEPP writes CompareEPP's pairs as Markdown tables: client-side
+// (through each front), then backend-side (as the stand-ins measured, where
+// they did), then the medians of the ratios.
 func FormatEPP(w io.Writer, cs []EPPComparison) {
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "**no**"
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintf(tw, "| fleet\t policy\t mean ms gw / epp\t ratio\t P99 ms gw / epp\t ratio\t attain gw / epp\t ratio\t cache hit gw / epp\t within 5%%\t\n")
+	fmt.Fprintf(tw, "| fleet\t policy\t client mean ms gw / epp\t ratio\t client P99 ms gw / epp\t ratio\t client attain gw / epp\t ratio\t cache hit gw / epp\t within 5%%\t\n")
 	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 10))
 	for _, c := range cs {
 		hit := "–"
 		if !math.IsNaN(c.HitDiff) {
 			hit = fmt.Sprintf("%.0f%% / %.0f%%", 100*c.Gateway.HitRate, 100*c.EPP.HitRate)
 		}
-		ok := "yes"
-		if !c.Within {
-			ok = "**no**"
-		}
 		fmt.Fprintf(tw, "| %s\t %s\t %.1f / %.1f\t %.2f\t %.1f / %.1f\t %.2f\t %.1f%% / %.1f%%\t %.3f\t %s\t %s\t\n",
 			c.Fleet, c.Policy, ms(c.Gateway.Mean), ms(c.EPP.Mean), c.MeanRatio, ms(c.Gateway.P99), ms(c.EPP.P99), c.P99Ratio,
-			100*c.Gateway.Attainment, 100*c.EPP.Attainment, c.AttainRatio, hit, ok)
+			100*c.Gateway.Attainment, 100*c.EPP.Attainment, c.AttainRatio, hit, yes(c.Within))
 	}
 	tw.Flush()
+	m := MedianEPP(cs)
+	if m.BackendPairs > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+		fmt.Fprintf(tw, "| fleet\t policy\t backend mean ms gw / epp\t ratio\t backend P99 ms gw / epp\t ratio\t backend attain gw / epp\t ratio\t queued ms gw / epp\t within 5%%\t\n")
+		fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 10))
+		for _, c := range cs {
+			if math.IsNaN(c.BackendMeanRatio) {
+				continue
+			}
+			fmt.Fprintf(tw, "| %s\t %s\t %.1f / %.1f\t %.2f\t %.1f / %.1f\t %.2f\t %.1f%% / %.1f%%\t %.3f\t %.1f / %.1f\t %s\t\n",
+				c.Fleet, c.Policy, ms(c.Gateway.BackendMean), ms(c.EPP.BackendMean), c.BackendMeanRatio,
+				ms(c.Gateway.BackendP99), ms(c.EPP.BackendP99), c.BackendP99Ratio,
+				100*c.Gateway.BackendAttainment, 100*c.EPP.BackendAttainment, c.BackendAttainRatio,
+				ms(c.Gateway.BackendQueued), ms(c.EPP.BackendQueued), yes(c.BackendWithin))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\nPicker over gateway, medians over %d pairs: client-side mean ×%.2f, P99 ×%.2f, attainment ×%.3f (%d within 5%%)",
+		m.Pairs, m.MeanRatio, m.P99Ratio, m.AttainRatio, m.Within)
+	if m.BackendPairs > 0 {
+		fmt.Fprintf(w, "; backend-side (%d pairs) mean ×%.2f, P99 ×%.2f, attainment ×%.3f (%d within 5%%)",
+			m.BackendPairs, m.BackendMeanRatio, m.BackendP99Ratio, m.BackendAttainRatio, m.BackendWithin)
+	}
+	fmt.Fprintln(w)
 }

@@ -22,9 +22,10 @@ import (
 // P99 of 250 requests moves by more than that between two runs of the
 // same gateway, and the picker's path (the data plane's extra HTTP hop and
 // the ext_proc messages, in the same process) costs it more under CPU
-// contention (docs/routing-evaluation.md, "Endpoint Picker against the
-// gateway", gives four 5-seed suites: the mean ratio on this fleet ranged
-// 1.0–1.9). What is asserted holds with margin in those runs and fails
+// contention (four 5-seed suites on a loaded machine: the client-side
+// mean ratio on this fleet ranged 1.0–1.9; docs/routing-evaluation.md,
+// "Endpoint Picker against the gateway", has the quiet-machine suites and
+// the backend-side view). What is asserted holds with margin and fails
 // when the picker routes badly or the data path stalls, medians over the
 // seeds: the picker keeps prompts where they are cached (its cache hit
 // rate within 10 points of the gateway's, and 15 points over
@@ -71,6 +72,8 @@ func TestEPPAgainstGateway(t *testing.T) {
 	c := cs[0]
 	t.Logf("issue 19's target (mean, P99, attainment within 5%% of the gateway's) met: %v (mean ×%.2f, P99 ×%.2f, attainment ×%.3f, cache hit %+.1f points)",
 		c.Within, c.MeanRatio, c.P99Ratio, c.AttainRatio, 100*c.HitDiff)
+	t.Logf("backend-side (the stand-ins' own TTFT, routing without the path): met: %v (mean ×%.2f, P99 ×%.2f, attainment ×%.3f)",
+		c.BackendWithin, c.BackendMeanRatio, c.BackendP99Ratio, c.BackendAttainRatio)
 	var rr Summary
 	for _, s := range sums {
 		if s.Policy == sched.RoundRobin {

@@ -62,6 +62,21 @@ type Result struct {
 	MAPE   map[string]float64
 	MAPEN  int
 	Active map[string]int
+	// Backend-side figures (stand-in fleets; BackendN is 0 elsewhere):
+	// the scored requests' TTFT as the stand-ins measured it, from
+	// arrival to the first token written — queueing for a slot, prefill
+	// of what was not cached, overhead. That is what routing decides;
+	// the client-side figures above add the path in front (the gateway's
+	// proxy, or the picker's Envoy stand-in and its ext_proc exchanges)
+	// and the client's own timing. BackendN is how many scored requests a
+	// stand-in recorded (matched by X-Request-Id); BackendAttainment the
+	// share of all N scored requests whose backend-side TTFT met the SLO
+	// (one no stand-in recorded did not); BackendQueued the mean wait for
+	// a slot.
+	BackendN                            int
+	BackendMean, BackendP95, BackendP99 time.Duration
+	BackendQueued                       time.Duration
+	BackendAttainment                   float64
 }
 
 // SplitPolicy splits a run's policy "name[+admission][+predictor]"
@@ -162,6 +177,10 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 	opt := bench.Options{
 		API: wire.OpenAIChat, BaseURL: gwURL, Request: wire.RequestOptions{Model: fleet.Model()},
 		Requests: w.Requests, Warmup: w.Warmup, Seed: int64(seed),
+		// Each request carries X-Request-Id "le-INDEX", which the gateway
+		// and the data plane forward, so that the stand-ins' records of
+		// the scored requests can be told from the warm-up's.
+		RunID:   "le",
 		Timeout: time.Minute, TTFTTimeout: 30 * time.Second,
 	}
 	if w.Rate > 0 {
@@ -216,6 +235,13 @@ func RunOne(ctx context.Context, fleet Fleet, policy string, seed uint64) (Resul
 	}
 	if fleet.Engines != nil {
 		out.HitRate = fleet.Engines.HitRate()
+	}
+	if len(standins) > 0 {
+		var served []standin.Served
+		for _, s := range append(slices.Clone(standins), lite...) {
+			served = append(served, s.Served()...)
+		}
+		scoreBackend(&out, res, served, fleet.SLO)
 	}
 	out.Wall = time.Since(t0)
 	if out.N == 0 {
@@ -350,6 +376,56 @@ func score(res bench.Result, slo time.Duration) Result {
 		out.Goodput = float64(met) / d
 	}
 	return out
+}
+
+// scoreBackend sets r's backend-side figures from the stand-ins' records
+// of res's scored requests.
+func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time.Duration) {
+	by := make(map[string]standin.Served, len(served))
+	for _, s := range served {
+		if s.ID == "" {
+			continue
+		}
+		// A request served twice (a retry after its first token) is
+		// judged by the answer whose first token came first, the one the
+		// client read.
+		if o, dup := by[s.ID]; !dup || s.Arrived.Add(s.TTFT).Before(o.Arrived.Add(o.TTFT)) {
+			by[s.ID] = s
+		}
+	}
+	var xs []float64
+	var queued time.Duration
+	met := 0
+	for i := range res.Records {
+		rec := &res.Records[i]
+		if rec.Warmup || rec.ID == "" {
+			continue
+		}
+		s, ok := by[rec.ID]
+		if !ok {
+			continue
+		}
+		xs = append(xs, s.TTFT.Seconds())
+		queued += s.Queued
+		if s.TTFT <= slo {
+			met++
+		}
+	}
+	r.BackendN = len(xs)
+	if len(xs) == 0 {
+		return
+	}
+	slices.Sort(xs)
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	r.BackendMean, r.BackendP95, r.BackendP99 = sec(sum/float64(len(xs))), sec(stats.Quantile(xs, 0.95)), sec(stats.Quantile(xs, 0.99))
+	r.BackendQueued = queued / time.Duration(len(xs))
+	if r.N > 0 {
+		r.BackendAttainment = float64(met) / float64(r.N)
+	}
 }
 
 // reasons reads the gateway's decision counts by reason from its /metrics.

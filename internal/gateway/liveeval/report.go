@@ -86,6 +86,11 @@ type Summary struct {
 	// with 429, the SLO attainment of those admitted, requests degraded.
 	RejectedShare, AdmittedAttainment float64
 	Degraded                          int
+	// Backend-side medians (Result's): Backend is false unless every
+	// seed's run has them (stand-in fleets).
+	Backend                                            bool
+	BackendMean, BackendP95, BackendP99, BackendQueued time.Duration
+	BackendAttainment                                  float64
 }
 
 // Summarize groups results by fleet and policy, in the order first seen.
@@ -126,6 +131,15 @@ func Summarize(rs []Result) []Summary {
 			RejectedShare:      med(func(r Result) float64 { return float64(r.Rejected) / float64(max(r.N, 1)) }),
 			AdmittedAttainment: med(func(r Result) float64 { return r.AdmittedAttainment }),
 			Degraded:           int(med(func(r Result) float64 { return float64(r.Degraded) })),
+		}
+		s.Backend = true
+		for _, r := range g {
+			s.Backend = s.Backend && r.BackendN > 0
+		}
+		if s.Backend {
+			s.BackendMean, s.BackendP95 = d(func(r Result) time.Duration { return r.BackendMean }), d(func(r Result) time.Duration { return r.BackendP95 })
+			s.BackendP99, s.BackendQueued = d(func(r Result) time.Duration { return r.BackendP99 }), d(func(r Result) time.Duration { return r.BackendQueued })
+			s.BackendAttainment = med(func(r Result) float64 { return r.BackendAttainment })
 		}
 		s.P99Min, s.P99Max = g[0].P99, g[0].P99
 		for _, r := range g {
@@ -201,19 +215,26 @@ func Check(sums []Summary, fleets []Fleet, policy string) []Verdict {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Format writes the summaries as a Markdown table, one row per (fleet,
-// policy): medians across seeds and P99's range.
+// policy): medians across seeds and P99's range as the client measured
+// them, then the backend-side medians where the stand-ins recorded them
+// ("–" elsewhere).
 func Format(w io.Writer, sums []Summary) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintf(tw, "| fleet\t policy\t seeds\t mean ms\t P95 ms\t P99 ms\t P99 range ms\t P99 / RR\t SLO attain\t goodput req/s\t cache hit\t failed\t\n")
-	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 12))
+	fmt.Fprintf(tw, "| fleet\t policy\t seeds\t mean ms\t P95 ms\t P99 ms\t P99 range ms\t P99 / RR\t SLO attain\t goodput req/s\t cache hit\t failed\t backend mean / P95 / P99 ms\t backend attain\t\n")
+	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 14))
 	for _, s := range sums {
 		hit := "–"
 		if !math.IsNaN(s.HitRate) {
 			hit = fmt.Sprintf("%.0f%%", 100*s.HitRate)
 		}
-		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f\t %.1f\t %.1f\t %.1f–%.1f\t %.2f\t %.1f%%\t %.1f\t %s\t %d\t\n",
+		be, ba := "–", "–"
+		if s.Backend {
+			be = fmt.Sprintf("%.1f / %.1f / %.1f", ms(s.BackendMean), ms(s.BackendP95), ms(s.BackendP99))
+			ba = fmt.Sprintf("%.1f%%", 100*s.BackendAttainment)
+		}
+		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f\t %.1f\t %.1f\t %.1f–%.1f\t %.2f\t %.1f%%\t %.1f\t %s\t %d\t %s\t %s\t\n",
 			s.Fleet, s.Policy, s.Seeds, ms(s.Mean), ms(s.P95), ms(s.P99), ms(s.P99Min), ms(s.P99Max), s.P99VsRR,
-			100*s.Attainment, s.Goodput, hit, s.Failed)
+			100*s.Attainment, s.Goodput, hit, s.Failed, be, ba)
 	}
 	tw.Flush()
 }

@@ -11,4 +11,9 @@
 // factor, and an optional drift (all costs multiplied from a given time
 // on). A request holds its slot from prefill to its last token, so long
 // answers and queues both show in time to first token.
+//
+// Each request that gets its first token is recorded (Server.Served): its
+// X-Request-Id, its wait for a slot and its TTFT as the server paid it, so
+// that an evaluation can judge routing by what the backends experienced,
+// apart from the cost of whatever proxy stood in front.
 package standin

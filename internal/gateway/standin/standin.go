@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,26 @@ type Stats struct {
 	Waiting      int
 }
 
+// Served is one request as the server saw it, for judging routing by
+// what the backends experienced rather than by what a client measured
+// through whatever proxies stood in between.
+type Served struct {
+	// ID is the request's X-Request-Id header ("" when it had none), by
+	// which a load generator's records are matched to the server's.
+	ID string
+	// Arrived is when the handler started on the request.
+	Arrived time.Time
+	// Queued is the wait for a slot; TTFT the time from arrival to the
+	// first content token written and flushed (the whole answer for a
+	// request that does not stream): queueing, the prefill of the
+	// uncached characters and the fixed overhead, as the server paid
+	// them.
+	Queued, TTFT time.Duration
+	// PromptChars and HitChars: the prompt's length and how much of it
+	// the prefix cache held.
+	PromptChars, HitChars int
+}
+
 // HitRate is the share of prompt characters served from the cache.
 func (s Stats) HitRate() float64 {
 	if s.QueriedChars == 0 {
@@ -96,6 +117,7 @@ type Server struct {
 	running int
 	queue   []chan struct{} // FIFO of requests waiting for a slot
 	stats   Stats
+	served  []Served // every request that got its first token, in that order
 }
 
 // Start listens on a loopback port and serves cfg's model until ctx ends
@@ -159,6 +181,23 @@ func (s *Server) Stats() Stats {
 	st := s.stats
 	st.Running, st.Waiting = s.running, len(s.queue)
 	return st
+}
+
+// Served returns a copy of the requests that got their first token since
+// Start, in the order of their first tokens.
+func (s *Server) Served() []Served {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.served)
+}
+
+// record notes a request's first token (now).
+func (s *Server) record(id string, arrived, slot time.Time, prompt, hit int) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served = append(s.served, Served{ID: id, Arrived: arrived, Queued: slot.Sub(arrived), TTFT: now.Sub(arrived),
+		PromptChars: prompt, HitChars: hit})
 }
 
 // factor is the cost multiplier now: drift over speed.
@@ -293,6 +332,7 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	var req chatRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
 		httpError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
@@ -322,6 +362,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release()
+	slot := time.Now()
+	id := r.Header.Get("X-Request-Id")
 	p := prompt.String()
 	hit := s.lookup(p)
 	f := s.factor()
@@ -342,6 +384,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			"usage": usage(promptTokens, out, hit/4),
 		})
 		_, _ = w.Write(b)
+		s.record(id, arrived, slot, len(p), hit)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -355,9 +398,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	chunk(map[string]any{"role": "assistant", "content": ""}, nil)
 	for i := range out {
 		if i > 0 {
-			if fl != nil {
-				fl.Flush()
-			}
 			if !sleep(ctx, time.Duration(s.factor()*float64(s.cfg.DecodePerToken))) {
 				return
 			}
@@ -367,6 +407,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			finish = "length"
 		}
 		chunk(map[string]any{"content": "tok "}, finish)
+		if i < out-1 && fl != nil {
+			fl.Flush()
+		}
+		if i == 0 {
+			// Written and, but for a one-token answer (flushed with its
+			// end below), flushed: the server's part of the TTFT is done.
+			s.record(id, arrived, slot, len(p), hit)
+		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		b, _ := json.Marshal(map[string]any{"id": "standin", "object": "chat.completion.chunk", "model": s.cfg.Model,

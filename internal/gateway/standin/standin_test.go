@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -168,5 +169,70 @@ func TestMetricsAndModels(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown model: status %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestServedRecords: each request that got its first token is recorded
+// with its X-Request-Id, its wait for a slot and its server-side TTFT
+// (arrival to first token), which a client over loopback can only find
+// longer.
+func TestServedRecords(t *testing.T) {
+	const cost = 40 * time.Millisecond
+	s := start(t, Config{Slots: 1, Overhead: cost, DecodePerToken: time.Millisecond})
+	ids := []string{"r-0", "r-1"}
+	client := make([]time.Duration, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := `{"model":"standin","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+			req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("X-Request-Id", id)
+			t0 := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), `"content":"tok `) {
+					client[i] = time.Since(t0)
+					break
+				}
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+		}()
+	}
+	wg.Wait()
+	got := s.Served()
+	if len(got) != 2 {
+		t.Fatalf("%d records, want 2: %+v", len(got), got)
+	}
+	queued := 0
+	for _, r := range got {
+		i := slices.Index(ids, r.ID)
+		if i < 0 {
+			t.Errorf("record %+v: unknown id", r)
+			continue
+		}
+		// One slot: one request waits for the other's whole answer.
+		if r.Queued >= cost {
+			queued++
+		}
+		if r.TTFT < r.Queued+cost || r.TTFT > r.Queued+cost+100*time.Millisecond {
+			t.Errorf("%s: TTFT %v, queued %v: want the queue plus the %v cost (and < 100 ms more)", r.ID, r.TTFT, r.Queued, cost)
+		}
+		if client[i] < r.TTFT {
+			t.Errorf("%s: client TTFT %v under the server's %v", r.ID, client[i], r.TTFT)
+		}
+		if r.PromptChars == 0 || r.HitChars != 0 {
+			t.Errorf("%s: %d prompt chars, %d hit; want some, none hit (no cache)", r.ID, r.PromptChars, r.HitChars)
+		}
+	}
+	if queued != 1 {
+		t.Errorf("%d requests waited a whole request for the slot, want 1: %+v", queued, got)
 	}
 }
