@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,10 +118,15 @@ var (
 	descDemoted  = prometheus.NewDesc("ttft_gateway_slo_state", "SLO tracker state: 0 ok, 1 demoted, 2 probing.", []string{"backend"}, nil)
 	descMAPE     = prometheus.NewDesc("ttft_gateway_predictor_mape", "Online mean absolute percentage error of each TTFT predictor (ratio).", []string{"backend", "predictor"}, nil)
 	descActive   = prometheus.NewDesc("ttft_gateway_predictor_active", "1 for the predictor currently used for a backend.", []string{"backend", "predictor"}, nil)
+	// What a backend's engine publishes about its cache (health.go), and
+	// what the scheduler has learnt it holds; absent while unknown.
+	descEngineCache = prometheus.NewDesc("ttft_gateway_backend_engine_cache_tokens", "KV cache capacity the backend's engine publishes, in tokens (vLLM cache_config_info num_gpu_blocks x block_size, SGLang max_total_num_tokens).", []string{"backend"}, nil)
+	descEngineHit   = prometheus.NewDesc("ttft_gateway_backend_prefix_cache_hit_ratio", "Share of the prompt tokens the backend's engine looked up in its prefix cache between the last two scrapes that it found there (its counters), or the engine's own hit-rate gauge.", []string{"backend"}, nil)
+	descLearntCap   = prometheus.NewDesc("ttft_gateway_backend_cache_capacity_blocks", "Prefix-cache capacity the scheduler believes the backend holds, in prefix-index blocks; only policies that route by TTFT predictions learn it.", []string{"backend"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive} {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descLearntCap} {
 		ch <- d
 	}
 }
@@ -152,6 +158,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				a = 1
 			}
 			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, a, n, p)
+		}
+		ec := b.EngineCache()
+		if !math.IsNaN(ec.Tokens) {
+			ch <- prometheus.MustNewConstMetric(descEngineCache, prometheus.GaugeValue, ec.Tokens, n)
+		}
+		if !math.IsNaN(ec.HitRate) {
+			ch <- prometheus.MustNewConstMetric(descEngineHit, prometheus.GaugeValue, ec.HitRate, n)
+		}
+		if c := b.CacheCapacity(); c > 0 {
+			ch <- prometheus.MustNewConstMetric(descLearntCap, prometheus.GaugeValue, float64(c), n)
 		}
 	}
 }

@@ -57,6 +57,8 @@ type Backend struct {
 
 	prefix *PrefixIndex
 	caps   *capacityModel
+	// engine is what the engine's own metrics say about its cache.
+	engine engineCache
 	preds  *predictorSet
 
 	mu sync.Mutex
@@ -98,6 +100,7 @@ func NewBackend(spec BackendSpec) *Backend {
 	}
 	b := &Backend{Spec: spec, prefix: NewPrefixIndex(spec.PrefixBlocks), preds: newPredictorSet(spec.PriorTTFT, spec.Predictor), attain: 1}
 	b.caps = newCapacityModel(b.prefix)
+	b.engine.init()
 	b.healthy.Store(true)
 	return b
 }

@@ -24,6 +24,14 @@ import (
 // learns from every request, so the choice is made within a few dozen
 // requests of a cold start, and it follows a backend whose cache shrinks
 // (another tenant) or grows.
+//
+// Where the engine publishes its cache (SetEngineStats), two more facts
+// enter: its KV size bounds the candidates (a backend cannot cache more
+// than its KV holds, so the largest candidate believed is the smallest
+// one holding it, also before any TTFT), and the prefix-cache hit rate it
+// counted between two scrapes is scored against the hit rate each
+// candidate predicted for the requests sent in that interval, an error
+// added to the TTFT models' (observeHitRate).
 type capacityModel struct {
 	mu   sync.Mutex
 	sets [nCap]*PrefixIndex
@@ -36,7 +44,30 @@ type capacityModel struct {
 	// active is the candidate believed (nCap: none yet, use the full
 	// index).
 	active atomic.Int32
+
+	// What the engine publishes (SetEngineStats). engineTokens is its KV
+	// capacity in tokens (float64 bits, NaN unknown) and blockTokens the
+	// scheduler's tokens per index block, which convert it to blocks.
+	engineTokens atomic.Uint64
+	blockTokens  atomic.Int64
+	// winPrompt and winHit: prompt tokens dispatched since the engine's
+	// last scrape, and the tokens of them each candidate predicted as
+	// hits; hitErr: each candidate's mean absolute error of the engine's
+	// hit rate (EWMA, under mu), over nHit scrape windows.
+	winPrompt atomic.Int64
+	winHit    [nCap]atomic.Int64
+	hitErr    [nCap]float64
+	nHit      int
 }
+
+// hitMinWindows is how many scrape windows of hit-rate evidence count as
+// enough to choose a candidate on (with or before capacityMinSamples
+// TTFTs): each window sums every request sent in a scrape interval.
+const hitMinWindows = 3
+
+// hitMinTokens is the fewest prompt tokens a scrape window must have seen
+// dispatched to count: a window with one short request says little.
+const hitMinTokens = 256
 
 // capacityHypotheses are the candidate capacities in index blocks (of
 // DefaultBlockBytes, ≈ 64 tokens): 2 k to 256 k tokens, doubling; the
@@ -56,7 +87,39 @@ func newCapacityModel(full *PrefixIndex) *capacityModel {
 	}
 	m.sets[nCap-1] = full
 	m.active.Store(int32(nCap - 1))
+	m.engineTokens.Store(math.Float64bits(math.NaN()))
+	m.blockTokens.Store(DefaultBlockBytes / 4)
 	return m
+}
+
+// maxCandidate is the largest candidate the engine's published KV
+// capacity allows: the smallest at least as large as it (the conversion
+// from tokens to index blocks is an estimate, so the bound rounds up to
+// the next candidate), or the full index when none is or the engine
+// publishes nothing. A backend cannot cache more than its KV holds.
+func (m *capacityModel) maxCandidate() int {
+	t := math.Float64frombits(m.engineTokens.Load())
+	if !(t > 0) {
+		return nCap - 1
+	}
+	blocks := t / float64(m.blockTokens.Load())
+	for i, c := range capacityHypotheses {
+		if float64(c) >= blocks {
+			return i
+		}
+	}
+	return nCap - 1
+}
+
+// setEngineTokens records the engine's KV capacity (NaN: unknown) and
+// brings the believed candidate within it.
+func (m *capacityModel) setEngineTokens(tokens float64) {
+	if old := math.Float64frombits(m.engineTokens.Swap(math.Float64bits(tokens))); old == tokens || (math.IsNaN(old) && math.IsNaN(tokens)) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.choose()
 }
 
 // capacityEstimate is a snapshot of what the backend is believed to cache.
@@ -73,9 +136,17 @@ func (m *capacityModel) insert(blocks []uint64) {
 }
 
 // uncached returns each candidate's uncached tokens for a prompt.
+// It also counts the prompt in the hit-rate window (observeHitRate).
 func (m *capacityModel) uncached(blocks []uint64, promptTokens, blockTokens int) (u [nCap]int64) {
+	if blockTokens > 0 && m.blockTokens.Swap(int64(blockTokens)) != int64(blockTokens) {
+		m.mu.Lock()
+		m.choose()
+		m.mu.Unlock()
+	}
+	m.winPrompt.Add(int64(promptTokens))
 	for i := range nCap {
 		u[i] = int64(max(promptTokens-m.sets[i].Match(blocks)*blockTokens, 0))
+		m.winHit[i].Add(int64(promptTokens) - u[i])
 	}
 	return u
 }
@@ -125,18 +196,76 @@ func (m *capacityModel) observe(work [nCap]float64, ttft float64) {
 		}
 	}
 	m.n++
-	if m.n < capacityMinSamples {
+	m.choose()
+}
+
+// observeHitRate scores each candidate's prediction of the hit rate the
+// engine counted over a scrape window (the share of the prompt tokens
+// dispatched since the previous scrape that the candidate's index held)
+// and picks the best candidate. It is direct evidence of the cache's
+// contents, free of the queueing and speed that blur TTFTs; it is
+// approximate in where a window ends (a request dispatched just before a
+// scrape is counted by the engine after it) and in granularity (the
+// engine hits by its own blocks), errors every candidate shares.
+func (m *capacityModel) observeHitRate(rate float64) {
+	prompt := m.winPrompt.Swap(0)
+	var hit [nCap]int64
+	for i := range nCap {
+		hit[i] = m.winHit[i].Swap(0)
+	}
+	if prompt < hitMinTokens || !(rate >= 0 && rate <= 1) {
 		return
 	}
-	best := 0
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	const alpha = 0.2
 	for i := range nCap {
-		if m.err[i] < m.err[best] {
+		e := math.Abs(float64(hit[i])/float64(prompt) - rate)
+		if m.nHit == 0 {
+			m.hitErr[i] = e
+		} else {
+			m.hitErr[i] += alpha * (e - m.hitErr[i])
+		}
+	}
+	m.nHit++
+	m.choose()
+}
+
+// choose believes the candidate with the least error, summing the TTFT
+// models' mean absolute log error and the hit-rate error, each once it
+// has enough samples (both are relative: 0.1 is a TTFT 10 % off, or a hit
+// rate 10 points off), among the candidates the engine's published KV
+// capacity allows. Called with mu held.
+func (m *capacityModel) choose() {
+	top := m.maxCandidate()
+	useTTFT, useHits := m.n >= capacityMinSamples, m.nHit >= hitMinWindows
+	cur := int(m.active.Load())
+	if !useTTFT && !useHits {
+		// No evidence yet: the largest candidate the engine allows.
+		if cur > top || (cur == nCap-1 && top < nCap-1) {
+			m.active.Store(int32(top))
+		}
+		return
+	}
+	score := func(i int) float64 {
+		s := 0.0
+		if useTTFT {
+			s += m.err[i]
+		}
+		if useHits {
+			s += m.hitErr[i]
+		}
+		return s
+	}
+	best := 0
+	for i := range top + 1 {
+		if score(i) < score(best) {
 			best = i
 		}
 	}
 	// Switch only to a clearly better candidate, so that two about as
-	// good do not flap.
-	if cur := int(m.active.Load()); m.err[best] < 0.9*m.err[cur] {
+	// good do not flap (unless the current one is out of bounds).
+	if cur > top || score(best) < 0.9*score(cur) {
 		m.active.Store(int32(best))
 	}
 }
@@ -152,7 +281,8 @@ func (m *capacityModel) estimate() capacityEstimate {
 // CacheCapacity is the prefix-cache capacity, in index blocks
 // (DefaultBlockBytes each), that the scheduler has learnt the backend
 // effectively holds; 0 while it believes the backend keeps everything
-// its prefix index holds. Only policies that route by TTFT predictions
+// its prefix index holds (and its engine publishes no smaller KV
+// size). Only policies that route by TTFT predictions
 // (slo-predictive, slo-latency, custom profiles with their plugins) learn
 // it: it costs about 3 µs of CPU per decision (BenchmarkPick).
 func (b *Backend) CacheCapacity() int { return b.caps.estimate().blocks }
