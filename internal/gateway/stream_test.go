@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/ttft-dev/ttft/internal/gateway/llmreq"
@@ -175,22 +174,6 @@ func TestCanonicalHashAcrossAPIs(t *testing.T) {
 	a, b := hash(openai), hash(anth)
 	if len(a) < 4 || !slices.Equal(a, b) {
 		t.Fatalf("OpenAI %d blocks, Anthropic %d blocks, equal=%v", len(a), len(b), slices.Equal(a, b))
-	}
-}
-
-func TestParseEngineMetrics(t *testing.T) {
-	in := `# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{model_name="a"} 2
-vllm:num_requests_waiting{model_name="b"} 5
-# TYPE vllm:gpu_cache_usage_perc gauge
-vllm:gpu_cache_usage_perc{model_name="a"} 0.5
-`
-	w, kv, err := parseEngineMetrics(strings.NewReader(in))
-	if err != nil || w != 7 || kv != 0.5 {
-		t.Fatalf("got %v %v %v", w, kv, err)
-	}
-	if _, _, err := parseEngineMetrics(strings.NewReader("vllm:x{ 1\n")); err == nil {
-		t.Fatal("malformed metrics accepted")
 	}
 }
 

@@ -2,7 +2,6 @@ package epp
 
 import (
 	"encoding/json"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -181,47 +180,6 @@ func TestStreamScannerLongLine(t *testing.T) {
 	if !s.feed([]byte("\ndata: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n")) {
 		t.Error("scanner lost its place after an overlong line")
 	}
-}
-
-func TestParseEngineMetrics(t *testing.T) {
-	for _, c := range []struct {
-		name, text string
-		want       EngineMetrics
-		err        bool
-	}{
-		{"vllm", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 3\n" +
-			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\"} 4\n" +
-			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\nvllm:kv_cache_usage_perc{model_name=\"b\"} 0.5\n" +
-			"# TYPE vllm:num_requests_waiting_by_reason gauge\nvllm:num_requests_waiting_by_reason{reason=\"capacity\"} 99\n",
-			EngineMetrics{Waiting: 5, Running: 4, KVUsage: 0.5}, false},
-		{"vllm before v0.10", "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.75\n", EngineMetrics{Waiting: 1, KVUsage: 0.75}, false},
-		{"sglang", "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\"} 6\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 8\n# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=\"m\"} 0.4\n",
-			EngineMetrics{Waiting: 6, Running: 8, KVUsage: 0.4}, false},
-		{"trt-llm", "# TYPE nv_trt_llm_request_metrics gauge\nnv_trt_llm_request_metrics{request_type=\"waiting\",model=\"m\"} 3\nnv_trt_llm_request_metrics{request_type=\"scheduled\",model=\"m\"} 7\nnv_trt_llm_request_metrics{request_type=\"max\",model=\"m\"} 64\n" +
-			"# TYPE nv_trt_llm_kv_cache_block_metrics gauge\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.3\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"used\"} 300\n",
-			EngineMetrics{Waiting: 3, Running: 7, KVUsage: 0.3}, false},
-		{"none of them", "process_cpu_seconds_total 3\n", EngineMetrics{}, true},
-		{"not prometheus", "{\"json\":1}", EngineMetrics{}, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, err := parseEngineMetrics(strings.NewReader(c.text))
-			if (err != nil) != c.err || (!c.err && got != c.want) {
-				t.Errorf("got %+v, %v; want %+v, error %v", got, err, c.want, c.err)
-			}
-		})
-	}
-}
-
-func FuzzParseEngineMetrics(f *testing.F) {
-	f.Add("vllm:num_requests_waiting 1\n")
-	f.Add("# TYPE sglang:token_usage gauge\nsglang:token_usage{a=\"b\"} NaN\n")
-	f.Add("nv_trt_llm_request_metrics{request_type=\"waiting\"} +Inf\n")
-	f.Fuzz(func(t *testing.T, text string) {
-		em, err := parseEngineMetrics(strings.NewReader(text))
-		if err == nil && (math.IsNaN(em.Waiting) || math.IsNaN(em.Running) || math.IsNaN(em.KVUsage)) {
-			t.Fatalf("NaN gauge from %q: %+v", text, em)
-		}
-	})
 }
 
 func TestEndpointValidate(t *testing.T) {

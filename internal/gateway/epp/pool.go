@@ -12,10 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/ttft-dev/ttft/internal/gateway/enginemetrics"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
 )
 
@@ -169,7 +166,7 @@ func (p *pool) scrapeAll(ctx context.Context, client *http.Client, timeout time.
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			em, err := scrape(sctx, client, m.ep.MetricsURL)
+			es, err := scrape(sctx, client, m.ep.MetricsURL)
 			if err == nil && m.ep.HealthURL != "" {
 				err = probe(sctx, client, m.ep.HealthURL)
 			}
@@ -185,8 +182,11 @@ func (p *pool) scrapeAll(ctx context.Context, client *http.Client, timeout time.
 				return
 			}
 			m.fails = 0
-			m.b.SetEngineMetrics(em.Waiting, em.KVUsage)
-			m.running.Store(math.Float64bits(em.Running))
+			// SetEngineStats: the gauges, and the engine's cache size and
+			// prefix-cache counters for the capacity the scheduler learns.
+			m.b.SetEngineStats(es)
+			_, running, _, _ := enginemetrics.Load(es)
+			m.running.Store(math.Float64bits(running))
 			m.scrapeOK.Store(true)
 			m.update()
 		}()
@@ -194,26 +194,18 @@ func (p *pool) scrapeAll(ctx context.Context, client *http.Client, timeout time.
 	wg.Wait()
 }
 
-// scrape reads one endpoint's engine gauges.
-func scrape(ctx context.Context, client *http.Client, url string) (EngineMetrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// scrape reads one endpoint's engine metrics; an exposition without any
+// queue or KV gauge is an error, since the picker could tell nothing about
+// the endpoint from it.
+func scrape(ctx context.Context, client *http.Client, url string) (sched.EngineStats, error) {
+	es, err := enginemetrics.Scrape(ctx, client, url)
 	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("scraping %s: %w", url, err)
+		return es, err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("scraping %s: %w", url, err)
+	if _, _, _, ok := enginemetrics.Load(es); !ok {
+		return es, fmt.Errorf("scraping %s: none of the vLLM, SGLang or TensorRT-LLM queue and KV-cache gauges is present", url)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return EngineMetrics{}, fmt.Errorf("scraping %s: status %d", url, resp.StatusCode)
-	}
-	em, err := parseEngineMetrics(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	return em, nil
+	return es, nil
 }
 
 // probe checks an endpoint's health URL answers 2xx.
@@ -232,104 +224,4 @@ func probe(ctx context.Context, client *http.Client, url string) error {
 		return fmt.Errorf("health check %s: status %d", url, resp.StatusCode)
 	}
 	return nil
-}
-
-// metricName is one engine's name for a gauge, with the label that selects
-// it when the engine reports several gauges under one name.
-type metricName struct {
-	name, label, value string
-}
-
-// The reference picker's model-server protocol names
-// (docs/proposals/003-model-server-protocol): vLLM, SGLang and Triton
-// TensorRT-LLM. vLLM's KV gauge was gpu_cache_usage_perc before v0.10.
-var (
-	waitingNames = []metricName{
-		{name: "vllm:num_requests_waiting"},
-		{name: "sglang:num_queue_reqs"},
-		{name: "nv_trt_llm_request_metrics", label: "request_type", value: "waiting"},
-	}
-	runningNames = []metricName{
-		{name: "vllm:num_requests_running"},
-		{name: "sglang:num_running_reqs"},
-		{name: "nv_trt_llm_request_metrics", label: "request_type", value: "scheduled"},
-	}
-	kvNames = []metricName{
-		{name: "vllm:kv_cache_usage_perc"},
-		{name: "vllm:gpu_cache_usage_perc"},
-		{name: "sglang:token_usage"},
-		{name: "nv_trt_llm_kv_cache_block_metrics", label: "kv_cache_block_type", value: "fraction"},
-	}
-)
-
-// parseEngineMetrics reads the waiting, running and KV-usage gauges from a
-// Prometheus text exposition, whichever engine wrote it. Queue lengths are
-// summed over label sets (several models, or data-parallel ranks); the KV
-// usage is the highest of them, since the fullest cache is the one a new
-// request would wait on.
-func parseEngineMetrics(r io.Reader) (EngineMetrics, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return EngineMetrics{}, fmt.Errorf("parsing engine metrics: %w", err)
-	}
-	var em EngineMetrics
-	found := false
-	pick := func(names []metricName, combine func(a, b float64) float64) float64 {
-		for _, n := range names {
-			f := fams[n.name]
-			if f == nil {
-				continue
-			}
-			v, ok := 0.0, false
-			for _, m := range f.GetMetric() {
-				if n.label != "" && !hasLabel(m, n.label, n.value) {
-					continue
-				}
-				x := value(m)
-				if math.IsNaN(x) {
-					continue
-				}
-				if !ok {
-					v, ok = x, true
-				} else {
-					v = combine(v, x)
-				}
-			}
-			if ok {
-				found = true
-				return v
-			}
-		}
-		return 0
-	}
-	sum := func(a, b float64) float64 { return a + b }
-	em.Waiting = pick(waitingNames, sum)
-	em.Running = pick(runningNames, sum)
-	em.KVUsage = pick(kvNames, math.Max)
-	if !found {
-		return em, fmt.Errorf("parsing engine metrics: none of the vLLM, SGLang or TensorRT-LLM queue and KV-cache gauges is present")
-	}
-	return em, nil
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue() == value
-		}
-	}
-	return false
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return math.NaN()
 }

@@ -7,12 +7,15 @@ import (
 )
 
 // EngineStats is what one scrape of a backend's engine metrics says
-// (internal/gateway/health.go reads them). Fields an engine does not
-// publish are NaN.
+// (package enginemetrics reads them, for the gateway's health check and
+// the Endpoint Picker's pool). Fields an engine does not publish are NaN.
 type EngineStats struct {
 	// Waiting requests and KV-cache usage (0..1): vLLM's
 	// num_requests_waiting and kv_cache_usage_perc.
 	Waiting, KVUsage float64
+	// Running requests (vLLM's num_requests_running): reported by the
+	// Endpoint Picker, not read by the scheduler.
+	Running float64
 	// CacheTokens is how many tokens of KV the engine holds at most:
 	// vLLM's cache_config_info num_gpu_blocks × block_size, SGLang's
 	// max_total_num_tokens. Its prefix cache lives in that space, so it
@@ -30,7 +33,7 @@ type EngineStats struct {
 // UnknownEngineStats returns EngineStats with every field unknown.
 func UnknownEngineStats() EngineStats {
 	n := math.NaN()
-	return EngineStats{Waiting: n, KVUsage: n, CacheTokens: n, PrefixQueries: n, PrefixHits: n, HitRate: n}
+	return EngineStats{Waiting: n, KVUsage: n, Running: n, CacheTokens: n, PrefixQueries: n, PrefixHits: n, HitRate: n}
 }
 
 // engineCache is what the backend's engine has said about its cache.

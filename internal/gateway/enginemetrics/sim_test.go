@@ -1,0 +1,62 @@
+package enginemetrics
+
+import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ttft-dev/ttft/internal/sim/serve"
+)
+
+// The simulator (ttft sim serve) publishes vLLM's names: its queue and
+// KV gauges, KV size and prefix-cache counters parse, the size is the
+// deployment's, and its counters count a repeated prompt as hits.
+func TestScrapeSimulator(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := serve.DefaultConfig()
+	cfg.ServedModelName = "m"
+	sv, err := serve.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sv.Close()
+	before, err := Scrape(ctx, http.DefaultClient, sv.URL()+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sv.Deployment()
+	if want := float64(d.NumBlocks * d.BlockSize); before.CacheTokens != want {
+		t.Errorf("simulator's KV size %v tokens, want its deployment's %v", before.CacheTokens, want)
+	}
+	if _, _, _, ok := Load(before); !ok || before.Waiting != 0 || before.Running != 0 || before.KVUsage != 0 {
+		t.Errorf("idle simulator's gauges %+v (ok %v), want 0 waiting, running and KV usage", before, ok)
+	}
+	if math.IsNaN(before.PrefixQueries) || math.IsNaN(before.PrefixHits) {
+		t.Fatalf("simulator's prefix-cache counters not read: %+v", before)
+	}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
+	for range 2 {
+		resp, err := http.Post(sv.URL()+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	after, err := Scrape(ctx, http.DefaultClient, sv.URL()+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq, dh := after.PrefixQueries-before.PrefixQueries, after.PrefixHits-before.PrefixHits
+	if !(dq > 0 && dh > 0.3*dq && dh <= dq) {
+		t.Errorf("two equal prompts: %v hits of %v queried tokens, want a hit rate in (0.3, 1]", dh, dq)
+	}
+}
