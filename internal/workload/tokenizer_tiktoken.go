@@ -64,6 +64,8 @@ type fastEncoder struct {
 	ranks    map[string]int
 	dec      [][]byte
 	specials map[int]string
+	// counters are count's reusable state.
+	counters sync.Pool
 }
 
 // parseTiktokenRanks reads a .tiktoken file ("base64 rank" per line) into a
@@ -135,19 +137,6 @@ func (f *fastEncoder) encode(text string) []int {
 	out := make([]int, 0, len(text)/4+1)
 	f.split(text, func(a, b int) { out = bpeRanks(text[a:b], f.ranks, out) })
 	return out
-}
-
-func (f *fastEncoder) count(text string) int {
-	n := 0
-	var buf [32]int
-	f.split(text, func(a, b int) {
-		if _, ok := f.ranks[text[a:b]]; ok {
-			n++
-			return
-		}
-		n += len(bpeRanks(text[a:b], f.ranks, buf[:0]))
-	})
-	return n
 }
 
 func (f *fastEncoder) decode(ids []int) string {
