@@ -12,6 +12,20 @@ import (
 	"github.com/ttft-dev/ttft/internal/lru"
 )
 
+// capacityCases are engines of a capacity the scheduler is not told, and
+// the capacities it may then believe: within a factor of two, or for an
+// engine that keeps everything, the whole index or a candidate at least as
+// large as everything sent.
+var capacityCases = []struct {
+	name   string
+	engine int // blocks
+	want   []int
+}{
+	{"a hundred blocks", 100, []int{64, 128}},
+	{"three hundred blocks", 300, []int{256, 512}},
+	{"keeps everything", 1 << 20, []int{0, 1024, 2048, 4096}},
+}
+
 // TestCapacityLearnt: a backend whose engine is a block-LRU cache of a
 // capacity the scheduler is not told, with TTFT proportional to what the
 // engine really had to compute. Within a few dozen requests the
@@ -19,15 +33,7 @@ import (
 // (or, for an engine that keeps everything, the whole index or a
 // candidate at least as large as everything sent).
 func TestCapacityLearnt(t *testing.T) {
-	tests := []struct {
-		name   string
-		engine int // blocks
-		want   []int
-	}{
-		{"a hundred blocks", 100, []int{64, 128}},
-		{"three hundred blocks", 300, []int{256, 512}},
-		{"keeps everything", 1 << 20, []int{0, 1024, 2048, 4096}},
-	}
+	tests := capacityCases
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
@@ -88,15 +94,7 @@ func groupPrefixes() []string {
 // it counts between scrapes (every 8 requests) finds its capacity within
 // a factor of two within a few dozen requests.
 func TestCapacityFromEngineHits(t *testing.T) {
-	tests := []struct {
-		name   string
-		engine int // blocks
-		want   []int
-	}{
-		{"a hundred blocks", 100, []int{64, 128}},
-		{"three hundred blocks", 300, []int{256, 512}},
-		{"keeps everything", 1 << 20, []int{0, 1024, 2048, 4096}},
-	}
+	tests := capacityCases
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := newClock()
