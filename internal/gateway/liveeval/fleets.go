@@ -114,7 +114,7 @@ func Fleets() []Fleet {
 	// × 16 blocks of prefix; each holds 96 blocks), two 2× faster.
 	fleets = append(fleets, Fleet{
 		Name: "small-cache", About: "4 stand-ins, LRU cache (96 blocks) < working set (256 prefix blocks), two 2× faster",
-		StandIns: []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)},
+		StandIns: smallCacheStandIns(),
 		Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true,
 	})
 	fleets = append(fleets, Fleet{
@@ -134,14 +134,14 @@ func Fleets() []Fleet {
 	bursty.Concurrency, bursty.Rate, bursty.Arrival, bursty.Burstiness = 64, 150, "gamma", 0.25
 	fleets = append(fleets, Fleet{
 		Name: "bursty", About: "small-cache fleet under gamma arrivals (150 req/s, shape 0.25: CoV 2)",
-		StandIns: []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)},
+		StandIns: smallCacheStandIns(),
 		Workload: bursty, SLO: 60 * time.Millisecond, CacheMatters: true,
 	})
 	cold := wl
 	cold.Warmup, cold.Requests = 0, 300
 	fleets = append(fleets, Fleet{
 		Name: "cold-start", About: "small-cache fleet, no warm-up: 300 requests from cold",
-		StandIns: []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)},
+		StandIns: smallCacheStandIns(),
 		// Every group's first requests miss wherever they go: the tail is
 		// cold misses, which no routing avoids.
 		Workload: cold, SLO: 60 * time.Millisecond, CacheMatters: false,
@@ -150,7 +150,7 @@ func Fleets() []Fleet {
 	mixed.LongShare, mixed.LongChars = 0.1, 12000
 	fleets = append(fleets, Fleet{
 		Name: "mixed-length", About: "small-cache fleet; 10% of requests carry a unique 12 k-char document",
-		StandIns: []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)},
+		StandIns: smallCacheStandIns(),
 		// The tail is the unique documents, which no cache holds.
 		Workload: mixed, SLO: 60 * time.Millisecond, CacheMatters: false,
 	})
@@ -273,10 +273,9 @@ func PredictorFleets() []Fleet {
 			out = append(out, f)
 		}
 	}
-	sb := standinBase
 	w := baseWorkload()
 	w.Requests, w.Concurrency, w.Rate, w.Arrival, w.Burstiness = 600, 64, 150, "gamma", 0.25
-	ss := []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)}
+	ss := smallCacheStandIns()
 	ss[0].DriftAt, ss[0].DriftFactor = 2*time.Second, 3
 	return append(out, Fleet{
 		Name: "volatile", About: "small-cache fleet, gamma arrivals (150 req/s, CoV 2), a fast backend 3× slower from 2 s on",
@@ -359,4 +358,12 @@ func OllamaFleetNames() []string {
 		ns = append(ns, f.Name)
 	}
 	return ns
+}
+
+// smallCacheStandIns is the small-cache fleet's backends, fresh for each
+// fleet that varies them: two 2× faster, 96-block caches (smaller than the
+// 256 blocks of the suite's shared prefixes).
+func smallCacheStandIns() []standin.Config {
+	sb := standinBase
+	return []standin.Config{sb("fast-a", 96, 2), sb("fast-b", 96, 2), sb("slow-a", 96, 1), sb("slow-b", 96, 1)}
 }
