@@ -514,6 +514,11 @@ func (d *DataPlane) relay(ctx context.Context, cancel context.CancelFunc, st ext
 				}
 				if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 					ResponseBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: eos}}}); err != nil {
+					if ctx.Err() != nil {
+						// gRPC answers a send on a canceled stream with
+						// io.EOF; the cause is the cancellation.
+						return ctx.Err()
+					}
 					return fmt.Errorf("sending response body: %w", err)
 				}
 			}
