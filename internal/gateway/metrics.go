@@ -122,11 +122,12 @@ var (
 	// what the scheduler has learnt it holds; absent while unknown.
 	descEngineCache = prometheus.NewDesc("ttft_gateway_backend_engine_cache_tokens", "KV cache capacity the backend's engine publishes, in tokens (vLLM cache_config_info num_gpu_blocks x block_size, SGLang max_total_num_tokens).", []string{"backend"}, nil)
 	descEngineHit   = prometheus.NewDesc("ttft_gateway_backend_prefix_cache_hit_ratio", "Share of the prompt tokens the backend's engine looked up in its prefix cache between the last two scrapes that it found there (its counters), or the engine's own hit-rate gauge.", []string{"backend"}, nil)
+	descRestarts    = prometheus.NewDesc("ttft_gateway_backend_engine_restarts_total", "Restarts of the backend's engine seen in its metrics (process start time changed, or prefix-cache counters went down); each emptied the backend's prefix index.", []string{"backend"}, nil)
 	descLearntCap   = prometheus.NewDesc("ttft_gateway_backend_cache_capacity_blocks", "Prefix-cache capacity the scheduler believes the backend holds, in prefix-index blocks; only policies that route by TTFT predictions learn it.", []string{"backend"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descLearntCap} {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descRestarts, descLearntCap} {
 		ch <- d
 	}
 }
@@ -166,6 +167,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if !math.IsNaN(ec.HitRate) {
 			ch <- prometheus.MustNewConstMetric(descEngineHit, prometheus.GaugeValue, ec.HitRate, n)
 		}
+		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(b.EngineRestarts()), n)
 		if c := b.CacheCapacity(); c > 0 {
 			ch <- prometheus.MustNewConstMetric(descLearntCap, prometheus.GaugeValue, float64(c), n)
 		}

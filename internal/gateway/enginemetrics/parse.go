@@ -130,6 +130,10 @@ func Parse(r io.Reader) (sched.EngineStats, error) {
 		es.CacheTokens = tokens
 	}
 
+	if t, ok := combine(fams["process_start_time_seconds"], name{}, math.Max); ok && t > 0 {
+		es.StartTime = t
+	}
+
 	if f := fams["sglang:cache_hit_rate"]; f != nil {
 		t, n := 0.0, 0
 		for _, m := range f.GetMetric() {

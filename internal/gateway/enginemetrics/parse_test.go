@@ -251,3 +251,30 @@ func sameStats(a, b sched.EngineStats) bool {
 		eq(a.CacheTokens, b.CacheTokens) && eq(a.PrefixQueries, b.PrefixQueries) &&
 		eq(a.PrefixHits, b.PrefixHits) && eq(a.HitRate, b.HitRate)
 }
+
+// process_start_time_seconds, as Python's and Go's Prometheus clients
+// publish it, is the engine's start time; absent, zero or not a number,
+// it is unknown.
+func TestParseStartTime(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want float64 // NaN: unknown
+	}{
+		{"published", "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7330857921e+09\n", 1.7330857921e+09},
+		{"absent", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 1\n", math.NaN()},
+		{"zero", "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 0\n", math.NaN()},
+		{"not a number", "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds NaN\n", math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			es, err := Parse(strings.NewReader(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if es.StartTime != tt.want && !(math.IsNaN(es.StartTime) && math.IsNaN(tt.want)) {
+				t.Fatalf("start time %v, want %v", es.StartTime, tt.want)
+			}
+		})
+	}
+}

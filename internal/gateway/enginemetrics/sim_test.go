@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
 	"github.com/ttft-dev/ttft/internal/sim/serve"
 )
 
@@ -58,5 +59,69 @@ func TestScrapeSimulator(t *testing.T) {
 	dq, dh := after.PrefixQueries-before.PrefixQueries, after.PrefixHits-before.PrefixHits
 	if !(dq > 0 && dh > 0.3*dq && dh <= dq) {
 		t.Errorf("two equal prompts: %v hits of %v queried tokens, want a hit rate in (0.3, 1]", dh, dq)
+	}
+}
+
+// A simulator restarted on the same address is seen as a restart by the
+// scheduler reading its metrics (its counters start again from zero), and
+// the backend's prefix index, which held the prompt sent before, is
+// emptied; the simulator publishes the process start time as vLLM's
+// Python client does.
+func TestSimulatorRestartEmptiesPrefixIndex(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := serve.DefaultConfig()
+	cfg.ServedModelName = "m"
+	sv, err := serve.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
+	send := func(url string) {
+		t.Helper()
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	b := sched.NewBackend(sched.BackendSpec{Name: "sim"})
+	scrape := func(url string) sched.EngineStats {
+		t.Helper()
+		es, err := Scrape(ctx, http.DefaultClient, url+"/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetEngineStats(es)
+		return es
+	}
+	first := scrape(sv.URL())
+	if !(first.StartTime > 1e9) {
+		t.Errorf("simulator's process start time %v, want Unix seconds", first.StartTime)
+	}
+	send(sv.URL())
+	send(sv.URL())
+	h := sched.NewBlockHasher(sched.DefaultBlockBytes)
+	h.Text(prompt)
+	b.Prefix().Insert(h.Hashes())
+	scrape(sv.URL())
+	if b.EngineRestarts() != 0 || b.Prefix().Match(h.Hashes()) == 0 {
+		t.Fatalf("running engine: restarts %d, index matches %d blocks", b.EngineRestarts(), b.Prefix().Match(h.Hashes()))
+	}
+
+	addr := strings.TrimPrefix(sv.URL(), "http://")
+	sv.Close()
+	cfg.Addr = addr
+	sv2, err := serve.Start(ctx, cfg)
+	if err != nil {
+		t.Skipf("restarting the simulator on %s: %v (the port was taken meanwhile)", addr, err)
+	}
+	defer sv2.Close()
+	send(sv2.URL()) // fewer tokens queried than before the restart
+	scrape(sv2.URL())
+	if b.EngineRestarts() != 1 || b.Prefix().Match(h.Hashes()) != 0 {
+		t.Fatalf("restarted engine: restarts %d, index matches %d blocks; want 1 and 0", b.EngineRestarts(), b.Prefix().Match(h.Hashes()))
 	}
 }

@@ -135,6 +135,21 @@ func (m *capacityModel) insert(blocks []uint64) {
 	}
 }
 
+// forgetCached empties every candidate's index (the full one is the
+// backend's, cleared by its owner) and the hit-rate window: the engine
+// restarted with an empty cache, and a window spanning the restart
+// compares counters of two processes. What was learnt about the cache's
+// size and the backend's speed is kept: a restart changes neither.
+func (m *capacityModel) forgetCached() {
+	for i := range nCap - 1 {
+		m.sets[i].Clear()
+	}
+	m.winPrompt.Store(0)
+	for i := range nCap {
+		m.winHit[i].Store(0)
+	}
+}
+
 // uncached returns each candidate's uncached tokens for a prompt.
 // It also counts the prompt in the hit-rate window (observeHitRate).
 func (m *capacityModel) uncached(blocks []uint64, promptTokens, blockTokens int) (u [nCap]int64) {

@@ -28,12 +28,18 @@ type EngineStats struct {
 	// HitRate is a hit-rate gauge the engine computes itself (SGLang's
 	// cache_hit_rate), used when it publishes no counters.
 	HitRate float64
+	// StartTime is when the engine's process started, in Unix seconds
+	// (process_start_time_seconds, which vLLM's and SGLang's Python
+	// Prometheus clients publish): a change means a restart, even one
+	// quick enough that its counters climbed past their old values
+	// between two scrapes.
+	StartTime float64
 }
 
 // UnknownEngineStats returns EngineStats with every field unknown.
 func UnknownEngineStats() EngineStats {
 	n := math.NaN()
-	return EngineStats{Waiting: n, KVUsage: n, Running: n, CacheTokens: n, PrefixQueries: n, PrefixHits: n, HitRate: n}
+	return EngineStats{Waiting: n, KVUsage: n, Running: n, CacheTokens: n, PrefixQueries: n, PrefixHits: n, HitRate: n, StartTime: n}
 }
 
 // engineCache is what the backend's engine has said about its cache.
@@ -44,12 +50,34 @@ type engineCache struct {
 	mu sync.Mutex
 	// queries and hits: the counters at the previous scrape (NaN: none).
 	queries, hits float64
+	// start: the process start time at the previous scrape (NaN: none).
+	start float64
+	// restarts counts the restarts seen (EngineRestarts).
+	restarts atomic.Int64
 }
 
 func (e *engineCache) init() {
 	e.tokens.Store(math.Float64bits(math.NaN()))
 	e.hitRate.Store(math.Float64bits(math.NaN()))
-	e.queries, e.hits = math.NaN(), math.NaN()
+	e.queries, e.hits, e.start = math.NaN(), math.NaN(), math.NaN()
+}
+
+// restarted reports whether the engine restarted since the previous
+// scrape: its process start time changed, or a cumulative counter went
+// down (the rule Prometheus's rate() applies to counter resets). A
+// restarted engine's KV cache is empty, whatever the gateway sent it.
+// It records the start time; window records the counters.
+func (e *engineCache) restarted(s EngineStats) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ps := e.start
+	if !math.IsNaN(s.StartTime) {
+		e.start = s.StartTime
+	}
+	if !math.IsNaN(ps) && !math.IsNaN(s.StartTime) && s.StartTime != ps {
+		return true
+	}
+	return s.PrefixQueries < e.queries || s.PrefixHits < e.hits // false when either is NaN
 }
 
 // window returns the hit rate over the tokens queried since the previous
@@ -85,6 +113,13 @@ func (b *Backend) SetEngineStats(s EngineStats) {
 	}
 	b.engine.tokens.Store(math.Float64bits(tokens))
 	b.caps.setEngineTokens(tokens)
+	if b.engine.restarted(s) {
+		b.engine.restarts.Add(1)
+		b.prefix.Clear()
+		b.caps.forgetCached()
+		b.engine.window(s.PrefixQueries, s.PrefixHits) // the next window starts here
+		return
+	}
 	if r, ok := b.engine.window(s.PrefixQueries, s.PrefixHits); ok {
 		b.engine.hitRate.Store(math.Float64bits(r))
 		b.caps.observeHitRate(r)
@@ -102,6 +137,10 @@ func zeroNaN(v float64) float64 {
 	}
 	return v
 }
+
+// EngineRestarts is how many engine restarts the scrapes have revealed;
+// each emptied the backend's prefix index.
+func (b *Backend) EngineRestarts() int64 { return b.engine.restarts.Load() }
 
 // EngineCache is what the backend's engine has published about its
 // cache, NaN where it has not.

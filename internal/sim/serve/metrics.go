@@ -2,6 +2,7 @@ package serve
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ttft-dev/ttft/internal/sim"
 	"github.com/ttft-dev/ttft/internal/telemetry/nativehist"
@@ -51,6 +52,10 @@ func newServerMetrics(model, engine string, d *sim.Deployment) *serverMetrics {
 	m.pre = counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.")
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"})
 	reg.MustRegister(m.success)
+	// process_start_time_seconds and the other process series, as vLLM's
+	// Python client publishes them: schedulers read the start time to
+	// tell a restarted engine (an empty cache) from a running one.
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerDetail(d, r)
 	return m
 }
