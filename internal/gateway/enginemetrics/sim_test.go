@@ -16,14 +16,8 @@ import (
 // KV gauges, KV size and prefix-cache counters parse, the size is the
 // deployment's, and its counters count a repeated prompt as hits.
 func TestScrapeSimulator(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfg := serve.DefaultConfig()
-	cfg.ServedModelName = "m"
-	sv, err := serve.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
+	sv := startSim(t, ctx, "")
 	defer sv.Close()
 	before, err := Scrape(ctx, http.DefaultClient, sv.URL()+"/metrics")
 	if err != nil {
@@ -39,18 +33,8 @@ func TestScrapeSimulator(t *testing.T) {
 	if math.IsNaN(before.PrefixQueries) || math.IsNaN(before.PrefixHits) {
 		t.Fatalf("simulator's prefix-cache counters not read: %+v", before)
 	}
-	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
 	for range 2 {
-		resp, err := http.Post(sv.URL()+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
+		sendPrompt(t, sv.URL())
 	}
 	after, err := Scrape(ctx, http.DefaultClient, sv.URL()+"/metrics")
 	if err != nil {
@@ -68,25 +52,9 @@ func TestScrapeSimulator(t *testing.T) {
 // emptied; the simulator publishes the process start time as vLLM's
 // Python client does.
 func TestSimulatorRestartEmptiesPrefixIndex(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cfg := serve.DefaultConfig()
-	cfg.ServedModelName = "m"
-	sv, err := serve.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
-	send := func(url string) {
-		t.Helper()
-		resp, err := http.Post(url+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+prompt+`"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
+	ctx := t.Context()
+	sv := startSim(t, ctx, "")
+	send := func(url string) { sendPrompt(t, url) }
 	b := sched.NewBackend(sched.BackendSpec{Name: "sim"})
 	scrape := func(url string) sched.EngineStats {
 		t.Helper()
@@ -104,7 +72,7 @@ func TestSimulatorRestartEmptiesPrefixIndex(t *testing.T) {
 	send(sv.URL())
 	send(sv.URL())
 	h := sched.NewBlockHasher(sched.DefaultBlockBytes)
-	h.Text(prompt)
+	h.Text(simPrompt)
 	b.Prefix().Insert(h.Hashes())
 	scrape(sv.URL())
 	if b.EngineRestarts() != 0 || b.Prefix().Match(h.Hashes()) == 0 {
@@ -113,15 +81,44 @@ func TestSimulatorRestartEmptiesPrefixIndex(t *testing.T) {
 
 	addr := strings.TrimPrefix(sv.URL(), "http://")
 	sv.Close()
-	cfg.Addr = addr
-	sv2, err := serve.Start(ctx, cfg)
-	if err != nil {
-		t.Skipf("restarting the simulator on %s: %v (the port was taken meanwhile)", addr, err)
-	}
+	sv2 := startSim(t, ctx, addr)
 	defer sv2.Close()
 	send(sv2.URL()) // fewer tokens queried than before the restart
 	scrape(sv2.URL())
 	if b.EngineRestarts() != 1 || b.Prefix().Match(h.Hashes()) != 0 {
 		t.Fatalf("restarted engine: restarts %d, index matches %d blocks; want 1 and 0", b.EngineRestarts(), b.Prefix().Match(h.Hashes()))
+	}
+}
+
+var simPrompt = strings.Repeat("The quick brown fox jumps over the lazy dog. ", 80)
+
+// startSim starts a simulator serving model "m" on addr (any loopback
+// port when empty).
+func startSim(t *testing.T, ctx context.Context, addr string) *serve.Server {
+	t.Helper()
+	cfg := serve.DefaultConfig()
+	cfg.ServedModelName = "m"
+	if addr != "" {
+		cfg.Addr = addr
+	}
+	sv, err := serve.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("starting the simulator on %q: %v", addr, err)
+	}
+	return sv
+}
+
+// sendPrompt sends simPrompt as a one-token chat completion.
+func sendPrompt(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"`+simPrompt+`"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }
