@@ -53,7 +53,7 @@ func (f *simDeployFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype: auto or fp8")
 	fs.StringVar(&c.KVRetention, "kv-retention", "", "KV retention policy: full (default), sliding:W (attend to and keep the last W tokens), compress:R (KV at 1/R of its bytes) or evict:F (after each conversation turn drop the fraction F of its cached prompt blocks with the lowest attention scores; needs --enable-prefix-caching)")
 	fs.BoolVar(&c.EnablePrefixCaching, "enable-prefix-caching", false, "reuse KV blocks of identical prompt prefixes")
-	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 0, "maximum sequences per batch (0: the engine profile's, 256 unless it names another: trtllm-serve 2048)")
+	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 0, "maximum sequences per batch (0: the engine profile's, 256 unless it names another: trtllm-serve and sglang 2048, vllm 1024 on ≥ 70 GiB GPUs other than the A100)")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per engine step (0: 8192)")
 	fs.Float64Var(&c.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "fraction of GPU memory for weights, activations and KV cache")
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "maximum tokens per sequence (0: the model's)")

@@ -154,6 +154,36 @@ type EngineProfile struct {
 	// once, used when a deployment sets none (0: vLLM's 256;
 	// trtllm-serve's max_batch_size defaults to 2048).
 	MaxNumSeqs int `yaml:"max_num_seqs,omitempty" json:"max_num_seqs,omitempty"`
+	// BatchDefaults names the engine whose defaults for the batch limits
+	// apply when a deployment sets none: "vllm-v1" is vLLM ≥ 0.9's API
+	// server (EngineArgs: max_num_batched_tokens 8192 and max_num_seqs 1024
+	// on GPUs of ≥ 70 GiB other than the A100, else 2048 and 256). Empty:
+	// max_num_seqs from MaxNumSeqs (else 256) and a budget of 8192 on ≥ 70
+	// GiB, else 2048.
+	BatchDefaults string `yaml:"batch_defaults,omitempty" json:"batch_defaults,omitempty"`
+	// PrefillChunks (v0 scheduler only): prefill steps stay apart from
+	// decodes, but a prompt longer than the step's token budget is cut
+	// into chunks, continued first in the next prefill steps, instead of
+	// the budget being raised to the maximum model length (SGLang's
+	// chunked_prefill_size without --enable-mixed-chunk).
+	PrefillChunks bool `yaml:"prefill_chunks,omitempty" json:"prefill_chunks,omitempty"`
+	// InitNewTokenRatio > 0 selects SGLang's admission (PrefillAdder): a
+	// waiting request is admitted only while its prompt plus its
+	// max_tokens (clipped at 4096) fit in the free KV tokens less, for
+	// every running request, new_token_ratio × its output still to come.
+	// The ratio starts at InitNewTokenRatio (0.7 × schedule_conservativeness
+	// 1), falls by (init − MinNewTokenRatio) / NewTokenRatioDecaySteps at
+	// each decode step down to MinNewTokenRatio (init × 0.14), returns to
+	// init when the server idles, and, when a decode step finds no room
+	// for one more token per request, requests are retracted (fewest
+	// outputs first, to the back of the queue) until RetractDecodeSteps
+	// tokens per remaining request fit, and the ratio is re-estimated from
+	// the remaining requests' progress. SGLang's global_config defaults:
+	// 0.7, 0.098, 600 and 20.
+	InitNewTokenRatio       float64 `yaml:"init_new_token_ratio,omitempty" json:"init_new_token_ratio,omitempty"`
+	MinNewTokenRatio        float64 `yaml:"min_new_token_ratio,omitempty" json:"min_new_token_ratio,omitempty"`
+	NewTokenRatioDecaySteps float64 `yaml:"new_token_ratio_decay_steps,omitempty" json:"new_token_ratio_decay_steps,omitempty"`
+	RetractDecodeSteps      int     `yaml:"retract_decode_steps,omitempty" json:"retract_decode_steps,omitempty"`
 }
 
 // Catalog is the set of known models, GPUs and engine profiles.

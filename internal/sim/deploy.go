@@ -194,6 +194,9 @@ func lookUp(cat *Catalog, cfg Config) (*Deployment, error) {
 		if prof.MaxNumSeqs > 0 {
 			cfg.MaxNumSeqs = prof.MaxNumSeqs
 		}
+		if prof.BatchDefaults == "vllm-v1" && vllmLargeGPU(g) {
+			cfg.MaxNumSeqs = 1024
+		}
 	}
 	d := &Deployment{Config: cfg, Model: *m, GPU: *g, Profile: *prof, TP: cfg.TensorParallelSize, BlockSize: cfg.BlockSize, MaxNumSeqs: cfg.MaxNumSeqs}
 	tp := d.TP
@@ -395,6 +398,11 @@ func (d *Deployment) resolveBatching() error {
 		return fmt.Errorf("unknown scheduler %q (known: v1, v0)", cfg.Scheduler)
 	}
 	noChunk := cfg.DisableChunkedPrefill
+	if cfg.Scheduler == "v0" && d.Profile.PrefillChunks {
+		// Prefill steps apart from decodes, but long prompts chunked
+		// (SGLang): the budget need not hold a whole prompt.
+		noChunk = false
+	}
 	d.MaxNumBatchedTokens = cfg.MaxNumBatchedTokens
 	if d.MaxNumBatchedTokens <= 0 {
 		// vLLM's API-server default: 8192 on GPUs with ≥ 70 GiB, else 2048;
@@ -402,6 +410,25 @@ func (d *Deployment) resolveBatching() error {
 		d.MaxNumBatchedTokens = 2048
 		if d.GPU.MemoryGB*1e9 >= 70*(1<<30) {
 			d.MaxNumBatchedTokens = 8192
+		}
+		if d.Profile.BatchDefaults == "vllm-v1" && cfg.Scheduler != "v0" {
+			d.MaxNumBatchedTokens = 2048
+			if vllmLargeGPU(&d.GPU) {
+				d.MaxNumBatchedTokens = 8192
+			}
+		}
+		if d.Profile.PrefillChunks {
+			// SGLang's chunked_prefill_size default by GPU memory
+			// (server_args: < 35 GiB 2048, < 160 GiB 8192, else 16384).
+			gib := d.GPU.MemoryGB * 1e9 / (1 << 30)
+			switch {
+			case gib < 35:
+				d.MaxNumBatchedTokens = 2048
+			case gib < 160:
+				d.MaxNumBatchedTokens = 8192
+			default:
+				d.MaxNumBatchedTokens = 16384
+			}
 		}
 		if noChunk && d.MaxModelLen > d.MaxNumBatchedTokens {
 			d.MaxNumBatchedTokens = d.MaxModelLen
@@ -414,6 +441,13 @@ func (d *Deployment) resolveBatching() error {
 		return fmt.Errorf("max-num-batched-tokens %d must be at least max-num-seqs %d", d.MaxNumBatchedTokens, d.MaxNumSeqs)
 	}
 	return nil
+}
+
+// vllmLargeGPU is vLLM's test for its larger API-server batch defaults
+// (EngineArgs since 0.9, PR #17885): at least 70 GiB of memory and not an
+// A100, on which the larger token budget measured slower.
+func vllmLargeGPU(g *GPU) bool {
+	return g.MemoryGB*1e9 >= 70*(1<<30) && !strings.Contains(strings.ToLower(g.Name), "a100")
 }
 
 func divisors(n int) []int {

@@ -122,6 +122,14 @@ type Engine struct {
 	// noOutputCache caches prompt blocks only (the simulator before output
 	// caching), for tests that compare the two.
 	noOutputCache bool
+	// SGLang's admission state (profile InitNewTokenRatio > 0): the share
+	// of running requests' remaining output reserved, whether the last
+	// prefill pass ran out of room (batch_is_full: no new pass until a
+	// running request leaves), and the request whose prompt is being
+	// prefilled in chunks (PrefillChunks).
+	newTokenRatio float64
+	batchFull     bool
+	chunked       *Seq
 }
 
 type sched struct {
@@ -252,6 +260,10 @@ func (l *LengthError) Error() string {
 
 // Add queues a sequence that became schedulable at engine time at.
 func (e *Engine) Add(s *Seq, at time.Duration) {
+	if !e.HasWork() {
+		// SGLang re-initialises its estimate whenever the server idles.
+		e.newTokenRatio = e.d.Profile.InitNewTokenRatio
+	}
 	s.Arrival = at
 	e.waiting = append(e.waiting, s)
 }
@@ -271,6 +283,10 @@ func (e *Engine) dropAborted() {
 	keep := e.running[:0]
 	for _, s := range e.running {
 		if s.aborted {
+			if s == e.chunked {
+				e.chunked = nil
+			}
+			e.batchFull = false
 			e.kv.free(s)
 			s.Finished, s.FinishReason = true, "abort"
 			continue
@@ -352,6 +368,9 @@ func (e *Engine) Step(now time.Duration) StepResult {
 func (e *Engine) schedule(now time.Duration) (preempted int) {
 	d := e.d
 	budget := d.MaxNumBatchedTokens
+	if d.Config.Scheduler == "v0" && d.Profile.InitNewTokenRatio > 0 {
+		return e.scheduleSGLang(now, budget)
+	}
 	if d.Config.Scheduler == "v0" {
 		// vLLM ≤ 0.6 default: a step prefills whole waiting prompts if any
 		// fit, and only otherwise decodes the running ones.
@@ -616,6 +635,7 @@ func (e *Engine) apply(end time.Duration) {
 		}
 	}
 	if finished {
+		e.batchFull = false // a request left: SGLang tries a prefill again
 		keep := e.running[:0]
 		for _, s := range e.running {
 			if !s.Finished {
