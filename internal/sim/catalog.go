@@ -184,6 +184,18 @@ type EngineProfile struct {
 	MinNewTokenRatio        float64 `yaml:"min_new_token_ratio,omitempty" json:"min_new_token_ratio,omitempty"`
 	NewTokenRatioDecaySteps float64 `yaml:"new_token_ratio_decay_steps,omitempty" json:"new_token_ratio_decay_steps,omitempty"`
 	RetractDecodeSteps      int     `yaml:"retract_decode_steps,omitempty" json:"retract_decode_steps,omitempty"`
+	// HostOverlap: the engine prepares a decode step's per-sequence and
+	// per-token host work (seq_overhead_us, token_overhead_us: input
+	// tensors, KV block tables, bookkeeping) while the GPU runs the step
+	// before, so that work costs time only where it outlasts the GPU's
+	// kernels; a step that starts prompts is prepared before it is
+	// launched and keeps the serial cost. TensorRT-LLM's GptSession (the
+	// session benchmarks) enqueues a generation step and then prepares the
+	// next one's inputs before it synchronises; its PyTorch backend's
+	// overlap scheduler (on by default) launches step n+1 before step n's
+	// CPU work. false: the host work runs between GPU steps (vLLM's
+	// Python scheduler and input preparation before async scheduling).
+	HostOverlap bool `yaml:"host_overlap,omitempty" json:"host_overlap,omitempty"`
 }
 
 // Catalog is the set of known models, GPUs and engine profiles.

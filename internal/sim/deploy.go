@@ -547,7 +547,8 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	if !l.prefill || l.tokens <= p.GraphMaxTokens {
 		layerUs = p.DecodeLayerOverheadUs
 	}
-	b.Overhead = float64(d.Model.Layers)*layerUs*1e-6 + p.StepOverheadMs*1e-3 + float64(l.seqs)*p.SeqOverheadUs*1e-6 + T*p.TokenOverheadUs*1e-6
+	fixed := float64(d.Model.Layers)*layerUs*1e-6 + p.StepOverheadMs*1e-3
+	host := float64(l.seqs)*p.SeqOverheadUs*1e-6 + T*p.TokenOverheadUs*1e-6
 	if k := d.Config.Speculative.NumSpeculativeTokens; k > 0 && d.Draft != nil && l.decodes > 0 {
 		b.Draft = float64(k) * d.draftStep(l.decodes, l.draftCtx)
 	}
@@ -557,7 +558,15 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	// large decode batch whose GEMMs are compute-bound still waits for
 	// attention to read its context. One roofline over the step's summed
 	// FLOPs and bytes would let the KV reads hide under GEMM compute.
-	b.Total = math.Max(gemmC, gemmM) + math.Max(attnC, attnM) + b.Comm + b.Overhead + b.Draft
+	gpu := math.Max(gemmC, gemmM) + math.Max(attnC, attnM) + b.Comm + b.Draft + float64(d.Model.Layers)*layerUs*1e-6
+	if p.HostOverlap && !l.prefill {
+		// A decode step's inputs were prepared on the host while the GPU
+		// ran the step before: only what outlasts the GPU's work shows.
+		// (A step that starts prompts is prepared before it is launched.)
+		host = math.Max(0, host-gpu)
+	}
+	b.Overhead = fixed + host
+	b.Total = gpu + p.StepOverheadMs*1e-3 + host
 	return b
 }
 

@@ -197,6 +197,10 @@ func pick(meas, pred float64) float64 {
 // factors a little for every fold. Of the targets, TTFT per
 // category ≤ 25 % holds for batch-1, static and open loop but not closed
 // loop; TTFT overall ≤ 15 % and saturation throughput ≤ 10 % are missed.
+// Latest (TensorRT-LLM's runtimes prepare decode steps while the GPU
+// runs, host_overlap): TTFT 15.9 % overall, 19.4 % open loop; throughput
+// 11.0 %, static 11.5 %, saturation 10.9 % — TensorRT-LLM 10.0 %,
+// GPUStack 11.8 %; ITL 9.2 %.
 func TestLeaveOneSourceOut(t *testing.T) {
 	rows, err := DefaultCorpus()
 	if err != nil {
@@ -227,27 +231,29 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		{"TTFT static", 5},
 		{"TTFT rate", 21},
 		{"TTFT closed", 35},
-		{"throughput all", 12},
-		{"throughput static", 14},
+		{"throughput all", 11.5},
+		{"throughput static", 12.5},
 		{"throughput rate", 10.5},
 		{"throughput closed", 8},
-		{"throughput saturation", 12.5},
+		{"throughput saturation", 11.5},
 		{"ITL all", 10},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
 			t.Errorf("%s: median |error| %.1f%%, want ≤ %g%%", tc.name, got, tc.max)
 		}
 	}
-	// Saturation throughput per source: within the 10 % for the
-	// TensorRT-LLM peak-throughput tables (41 rows) and the two closed
-	// loops at their top concurrency; GPUStack's bursts and top closed
-	// loop (10 rows) are pinned where they are (13.0 → 11.6 % once the
-	// trtllm profiles admit as GUARANTEED_NO_EVICT).
+	// Saturation throughput per source: the TensorRT-LLM peak-throughput
+	// tables (41 rows; 10.0 % since the session runtime's host work
+	// overlaps its decode steps, 10.5 % before) and the two closed loops
+	// at their top concurrency within the 10 % or nearly;
+	// GPUStack's bursts and top closed loop (10 rows) are pinned where
+	// they are (13.0 → 11.6 % once the trtllm profiles admit as
+	// GUARANTEED_NO_EVICT; 11.8 % now).
 	for _, s := range SummarizeBySource(res.Rows) {
 		t.Logf("%-14s saturation throughput median |error| %5.1f%%", s.Source, s.Saturation)
-		max, ok := map[string]float64{"nvidia-trtllm": 11, "wmx": 8, "mushfiq": 8, "gpustack": 13}[s.Source]
+		max, ok := map[string]float64{"nvidia-trtllm": 10.5, "wmx": 8, "mushfiq": 8, "gpustack": 12.5}[s.Source]
 		if ok && !(s.Saturation <= max) {
-			t.Errorf("%s: saturation throughput median |error| %.1f%%, want ≤ %.0f%%", s.Source, s.Saturation, max)
+			t.Errorf("%s: saturation throughput median |error| %.1f%%, want ≤ %g%%", s.Source, s.Saturation, max)
 		}
 	}
 }
@@ -466,8 +472,10 @@ func TestKernelRoofline(t *testing.T) {
 // well the model's form can reproduce the saturation rows it was fitted
 // to — the in-sample counterpart of TestLeaveOneSourceOut, which shows
 // what the form allows when the priors are not the limit (achieved: the
-// 41 TensorRT-LLM peak-throughput rows at 8.7 %, loss 0.0235, with AMD's
-// MI300X latency table in the fit; 8.5 %, 0.0226 before it). The model
+// 41 TensorRT-LLM peak-throughput rows at 8.3 %, loss 0.0234, since the
+// session runtime's host work overlaps its decode steps; 8.7 %, 0.0235
+// before, with AMD's MI300X latency table in the fit; 8.5 %, 0.0226
+// before that). The model
 // before this form — one roofline per step, one memory efficiency for
 // both vendors — read 11.3 % at loss 0.0273.
 func TestFitInSample(t *testing.T) {
