@@ -71,6 +71,15 @@ func TestPrefixAffinityThroughEnvoyHarness(t *testing.T) {
 			if learnt == 0 {
 				t.Error("no predictor learnt from the first tokens")
 			}
+			// Picks are counted by the scheduler's reason, as the
+			// gateway's decisions are: each group's later requests
+			// found their prefix.
+			if got := testutil.ToFloat64(s.m.reasons.WithLabelValues(sched.ReasonPrefixHit)); got < groups*(perGroup-1) {
+				t.Errorf("%v picks counted as prefix hits, want at least %d", got, groups*(perGroup-1))
+			}
+			if got := testutil.CollectAndCount(s.m.reasons); got < 2 {
+				t.Errorf("picks counted under %d reasons: the first request of each group found no prefix", got)
+			}
 		})
 	}
 }

@@ -18,15 +18,21 @@ const (
 // still counted (cheaply) but exported nowhere.
 type metrics struct {
 	decisions *prometheus.CounterVec
-	overhead  prometheus.Histogram
-	served    *prometheus.CounterVec
-	ttft      prometheus.Histogram
+	// reasons counts picks by the scheduler's reason, as the gateway's
+	// ttft_gateway_decisions_total does: which of the policy's rules
+	// decided (prefix-hit, headroom, explore, …).
+	reasons  *prometheus.CounterVec
+	overhead prometheus.Histogram
+	served   *prometheus.CounterVec
+	ttft     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ttft_epp_decisions_total",
 			Help: "Endpoint-picking decisions, by result (picked, no_endpoint, shed, bad_request)."}, []string{"result"}),
+		reasons: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ttft_epp_picks_total",
+			Help: "Endpoints picked, by the scheduler's reason (prefix-hit, headroom, explore, …)."}, []string{"reason"}),
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ttft_epp_decision_duration_seconds",
 			Help:    "Time from the request body's end reaching the picker to its header mutation being sent.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14)}),
@@ -37,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.overhead, m.served, m.ttft)
+		reg.MustRegister(m.decisions, m.reasons, m.overhead, m.served, m.ttft)
 	}
 	return m
 }

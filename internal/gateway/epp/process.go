@@ -441,6 +441,7 @@ func (s *Server) pick(hm *corev3.HeaderMap, body []byte, subset []string, hasSub
 		t.End(sched.OutcomeCanceled)
 		return refuse(resultShed, typev3.StatusCode_TooManyRequests, "rate_limit_error", "no endpoint is predicted to meet the SLO of class "+class+"; request shed")
 	}
+	s.m.reasons.WithLabelValues(t.Reason).Inc()
 	dest := t.Backend.Name()
 	if s.opts.Fallbacks > 0 {
 		dest = s.withFallbacks(dest, r.Model, exclude)

@@ -71,22 +71,39 @@ func startFront(ctx context.Context, fleet Fleet, policy string, seed uint64, ur
 	if len(liteURLs) > 0 {
 		return nil, "", nil, fmt.Errorf("fleet %s has a lighter model's backends, which only the gateway's admission uses", fleet.Name)
 	}
-	return startEPP(ctx, fleet, inner, seed, urls)
+	return startEPP(ctx, fleet, urls, eppOptions(fleet, inner, seed))
 }
 
 // eppReadyTimeout bounds the wait for the picker's first scrape.
 const eppReadyTimeout = 15 * time.Second
 
-// startEPP serves a picker running policy over urls and the data plane in
+// eppScrapeInterval is how often the picker reads its endpoints' metrics
+// and /health in the evaluation: as often as the gateway's run reads its
+// backends' (startGateway's health interval; TestEPPReadsAsGateway
+// checks they agree), so that both schedulers decide on the same
+// information. The picker's deployment default (100 ms) is not a
+// routing difference to measure here: the engine's prefix-cache hit rate
+// counted over 100 ms windows, in place of 1 s ones, makes the scheduler
+// learn other cache capacities (docs/routing-evaluation.md, "Endpoint
+// Picker against the gateway").
+const eppScrapeInterval = time.Second
+
+// eppOptions are the picker's options for a run of policy on fleet:
+// endpoints read as the gateway reads its backends. Backends already
+// running (fleet.URLs: real engines) are not scraped, as the gateway's
+// run does not scrape them.
+func eppOptions(fleet Fleet, policy string, seed uint64) epp.Options {
+	opts := epp.Options{Policy: policy, Seed: seed, ScrapeInterval: eppScrapeInterval}
+	if len(fleet.URLs) > 0 {
+		opts.ScrapeInterval, opts.HealthPath = -1, "-"
+	}
+	return opts
+}
+
+// startEPP serves a picker with opts over urls and the data plane in
 // front of it, both on loopback ports, and waits until the picker has
 // scraped its endpoints.
-//
-// The picker keeps its own defaults (metrics and /health read every
-// 100 ms) where the gateway's run reads them every second: each is run as
-// it would be deployed (a trial with the picker at 1 s routed worse;
-// docs/routing-evaluation.md). Backends already running (fleet.URLs: real
-// engines) are not scraped, as the gateway's run does not scrape them.
-func startEPP(ctx context.Context, fleet Fleet, policy string, seed uint64, urls []string) (*sched.Scheduler, string, func(), error) {
+func startEPP(ctx context.Context, fleet Fleet, urls []string, opts epp.Options) (*sched.Scheduler, string, func(), error) {
 	var eps []epp.Endpoint
 	for _, u := range urls {
 		addr, err := endpointAddr(ctx, u)
@@ -94,10 +111,6 @@ func startEPP(ctx context.Context, fleet Fleet, policy string, seed uint64, urls
 			return nil, "", nil, err
 		}
 		eps = append(eps, epp.Endpoint{Addr: addr})
-	}
-	opts := epp.Options{Policy: policy, Seed: seed}
-	if len(fleet.URLs) > 0 {
-		opts.ScrapeInterval, opts.HealthPath = -1, "-"
 	}
 	p, err := epp.New(opts, eps)
 	if err != nil {
