@@ -61,7 +61,12 @@ type queueBound struct {
 	q      float64 // cached AdmitQuantile of the active fit's errors, seconds
 	few    bool    // too few errors for that quantile
 	dirty  int
-	tmp    [boundWindow]float64
+	// reach is the longest queue ahead (InFlight) a TTFT has come
+	// from: the bound admits no request further back than one past it
+	// (QueueEstimate.Fits), since its fit knows nothing of longer
+	// queues.
+	reach float64
+	tmp   [boundWindow]float64
 }
 
 // slotHypotheses are the candidate effective concurrencies.
@@ -285,6 +290,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 	}
 	b.n++
 	b.dirty++
+	b.reach = max(b.reach, feat.InFlight)
 	if b.n >= boundMinSamples {
 		// Believe the fewest slots among the candidates about as good as
 		// the best (within a tenth): of models the TTFTs cannot tell
@@ -362,6 +368,8 @@ type QueueEstimate struct {
 	Ahead float64
 	Slots int
 	Drain time.Duration
+	// Reach is the longest queue ahead a TTFT has come from.
+	Reach float64
 	// Ready: the model has seen enough TTFTs to be trusted.
 	Ready bool
 }
@@ -382,26 +390,38 @@ func (b *queueBound) estimate(feat Features) QueueEstimate {
 	}
 	return QueueEstimate{
 		Mean: secs(mean), Bound: secs(bound), Ahead: feat.InFlight, Slots: m,
-		Drain: secs(f.w[bxAhead]), Ready: b.n >= boundMinSamples,
+		Drain: secs(f.w[bxAhead]), Reach: b.reach, Ready: b.n >= boundMinSamples,
 	}
 }
 
-// Fits reports whether the estimate's bound is within slo.
-func (e QueueEstimate) Fits(slo time.Duration) bool { return slo <= 0 || e.Bound <= slo }
+// Fits reports whether the estimate's bound is within slo and the
+// request no further back than one past the model's reach: a fit
+// learnt at queues of up to n requests extrapolates to longer ones by
+// its drain time per request, which those queues may not have measured
+// (the drain time of a queue that barely varied is a guess, learn), so
+// the queue a backend is let grow to rises one request at a time as
+// TTFTs come back from it. Under overload that is as fast as a
+// backend's queue can usefully grow: the request at the back of a queue
+// of n is not served before the n ahead of it are.
+func (e QueueEstimate) Fits(slo time.Duration) bool {
+	return slo <= 0 || e.Bound <= slo && e.Ahead <= e.Reach+1
+}
 
 // Wait is how long until the backend's queue has drained enough for the
-// bound to fit slo: what the bound is over by, in whole drain times (the
-// time per request waited for), as the requests ahead finish (0 when it
-// fits now).
+// bound to fit slo: what the bound is over by, or the requests beyond
+// its reach, in whole drain times (the time per request waited for), as
+// the requests ahead finish (0 when it fits now).
 func (e QueueEstimate) Wait(slo time.Duration) time.Duration {
 	if e.Fits(slo) {
 		return 0
 	}
-	over := e.Bound - slo
+	over := max(e.Bound-slo, 0)
 	if e.Drain <= 0 {
 		return over
 	}
-	return time.Duration(math.Ceil(float64(over)/float64(e.Drain))) * e.Drain
+	// Beyond its reach, the queue must first drain to one past it.
+	k := max(math.Ceil(float64(over)/float64(e.Drain)), e.Ahead-e.Reach-1)
+	return time.Duration(k) * e.Drain
 }
 
 // QueueEstimate is the queue-aware bound of the ticket's request on its
@@ -445,7 +465,7 @@ func (e *Refused) Unwrap() error { return ErrRefused }
 // in time, not that the routing policy preferred a full one — or a
 // *Refused. Nothing has been dispatched when it refuses: the request is
 // in no backend's queue or prefix index. A backend whose bound has too
-// few TTFTs is judged by its routing prediction, as without admission.
+// few TTFTs is judged as fits says.
 //
 // The backends with room are looked for among all that serve the request
 // and are available (healthy, breaker admitting, under their concurrency
@@ -459,13 +479,17 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 	if slo <= 0 {
 		return c, "", nil
 	}
+	// evidence: some backend's bound is ready, so the workload has been
+	// seen to queue (fits).
+	evidence := false
 	for _, b := range cy.scope {
 		if !b.preds.bound.on.Load() {
 			b.preds.bound.on.Store(true)
 		}
+		evidence = evidence || b.preds.bound.ready()
 	}
 	e := c.b.preds.bound.estimate(c.feat)
-	if fits(e, c.pred, slo) {
+	if fits(e, c.pred, slo, evidence) {
 		return c, "", nil
 	}
 	var best *Candidate
@@ -478,12 +502,23 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 		if m := b.Spec.MaxConcurrency; m > 0 && b.inFlight.Load() >= int64(m) {
 			continue
 		}
-		if !b.preds.bound.ready() {
-			continue // no evidence it has room
-		}
 		o := &Candidate{b: b, scope: int32(k)}
 		cy.predict(o)
 		oe := b.preds.bound.estimate(o.feat)
+		if !oe.Ready {
+			// Too few TTFTs for its bound: judged as the profile's
+			// pick would be (fits) — once other backends' bounds are
+			// ready, it has room while idle. This is how a backend the
+			// profile passes over while the others fill (a slow one,
+			// under overload) gets the TTFTs that make its bound
+			// ready; before, it needed a ready bound to be offered
+			// room, and slow backends stayed cold, their capacity
+			// unused, for half of a run.
+			if fits(oe, o.pred, slo, evidence) && (best == nil || o.pred.Mean < bestMean) {
+				best, bestMean = o, o.pred.Mean
+			}
+			continue
+		}
 		if oe.Fits(slo) {
 			if best == nil || oe.Mean < bestMean {
 				best, bestMean = o, oe.Mean
@@ -515,11 +550,37 @@ func (b *queueBound) ready() bool {
 }
 
 // fits is admission's verdict on one candidate: its queue-aware bound
-// within slo, or while the bound has too few TTFTs, its routing
-// prediction (a backend without data is assumed to meet it).
-func fits(e QueueEstimate, p Prediction, slo time.Duration) bool {
-	if e.Ready {
+// within slo (QueueEstimate.Fits); or while the bound has too few TTFTs
+// (Ready), one of three:
+//
+//   - nothing is known of the backend (no routing prediction either):
+//     admitted while no backend's bound is ready, since there is no
+//     evidence against it; once one is, only while nothing of the
+//     gateway's is in flight on it;
+//   - evidence (another backend's ready bound) shows the workload
+//     queues: admitted only while nothing of the gateway's is in flight
+//     on it — a request alone waits for nothing, and its TTFT teaches
+//     the bound — and the routing prediction's mean fits (its P95 is the
+//     mean times a ratio learnt over loaded requests, too high for a
+//     request alone: round-robin's slow backends, seen at long queues
+//     in the warm-up, were never tried again);
+//   - otherwise (a cold gateway): admitted if the routing prediction's
+//     P95 fits and the request is no further back than one past the
+//     longest queue a TTFT has come from (reach).
+//
+// How long a cold backend's queue may grow is what its bound is for:
+// judged by the routing prediction alone, which learns from the queues
+// it happens to see, slow backends were filled past the SLO before their
+// bounds were ready.
+func fits(e QueueEstimate, p Prediction, slo time.Duration, evidence bool) bool {
+	switch {
+	case e.Ready:
 		return e.Fits(slo)
+	case !p.Ready:
+		return !evidence || e.Ahead == 0
+	case evidence:
+		return e.Ahead == 0 && p.Mean <= slo
+	default:
+		return e.Ahead <= e.Reach+1 && p.P95 <= slo
 	}
-	return !p.Ready || p.P95 <= slo
 }

@@ -235,3 +235,60 @@ func BenchmarkQueueBoundObserve(b *testing.B) {
 		q.observe(f, fifoTTFT(f, 2, 0.01, 0.02, 0.02))
 	}
 }
+
+// TestQueueBoundReach: a bound that has seen queues of at most three
+// ahead does not admit a request further back than four, however short
+// the fit predicts its wait, and its Wait is the drain to four.
+func TestQueueBoundReach(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	b := newQueueBound()
+	b.on.Store(true)
+	for range 100 {
+		f := Features{InFlight: float64(rng.IntN(4))}
+		b.observe(f, fifoTTFT(f, 1, 0.005, 0, 0.010))
+	}
+	const slo = time.Second
+	for ahead, want := range []bool{true, true, true, true, true, false, false} {
+		e := b.estimate(Features{InFlight: float64(ahead)})
+		if e.Fits(slo) != want || e.Reach != 3 {
+			t.Errorf("%d ahead: fits %v (bound %v, reach %v); want %v", ahead, e.Fits(slo), e.Bound, e.Reach, want)
+		}
+		if !want {
+			if w, d := e.Wait(slo), e.Drain; d <= 0 || w != time.Duration(float64(ahead)-4)*d {
+				t.Errorf("%d ahead: wait %v, drain %v; want %d drain times", ahead, w, d, ahead-4)
+			}
+		}
+	}
+}
+
+// TestPickAdmitColdBackend: once some backend's bound is ready (the
+// workload has been seen to queue), a backend whose bound is not takes
+// a request only while nothing of the gateway's is in flight on it —
+// moved there with reason admission-room when the profile's backend is
+// full — so that a backend the profile passes over still gets the TTFTs
+// that make its bound ready, but is not filled past the SLO meanwhile.
+func TestPickAdmitColdBackend(t *testing.T) {
+	clk := newClock()
+	bs := backends("a", "b")
+	trainFIFO(bs[0], rand.New(rand.NewPCG(15, 16)))
+	bs[1].preds.bound.on.Store(true)
+	s := mustNew(t, PrefixAffinity, clk, bs)
+	const slo = 210 * time.Millisecond // a takes 7 (20 ms + 30 ms per request ahead)
+	req := func(i int) *Request {
+		return &Request{Model: "m", SLO: slo, Admit: true, Blocks: blocksOf(strings.Repeat("a shared system prompt ", 20) + fmt.Sprint(i))}
+	}
+	for i := range 7 {
+		r := req(i)
+		r.Exclude = []string{"b"} // a holds the prefix
+		if tk, err := s.Pick(r); err != nil || tk.Backend != bs[0] {
+			t.Fatalf("request %d: %v, %v; want a", i, tk, err)
+		}
+	}
+	tk, err := s.Pick(req(7))
+	if err != nil || tk.Backend != bs[1] || tk.Reason != ReasonRoom {
+		t.Fatalf("a full, b cold and idle: %v, %v; want b (%s)", tk, err, ReasonRoom)
+	}
+	if tk, err := s.Pick(req(8)); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a full, b cold with one in flight: %v, %v; want refused", tk, err)
+	}
+}
