@@ -23,6 +23,12 @@ type SharedState struct {
 	// KeyPrefix namespaces keys and the channel (default "ttft:gateway:"):
 	// replicas share state only with those using the same prefix.
 	KeyPrefix string `yaml:"key_prefix"`
+	// ShareLoad relays each replica's requests in flight per backend to
+	// the others (default true). Off, each replica's load is its own
+	// requests in flight and the engines' scraped metrics, which behind a
+	// balancer see a replica's share of the load, or the whole of it
+	// seconds late.
+	ShareLoad *bool `yaml:"share_load"`
 }
 
 // validateSharedState checks shared_state.
@@ -71,6 +77,24 @@ func (l sharedLocal) ImportCooldown(backend, kind string, until time.Time) {
 	}
 }
 
+// InFlight reports this replica's own requests in flight per backend.
+func (l sharedLocal) InFlight(dst []sharedstate.BackendLoad) []sharedstate.BackendLoad {
+	st := l.g.st.Load()
+	if st == nil {
+		return dst
+	}
+	for name, u := range st.ups {
+		dst = append(dst, sharedstate.BackendLoad{Backend: name, InFlight: u.sb.InFlight()})
+	}
+	return dst
+}
+
+func (l sharedLocal) ImportInFlight(backend string, n int64) {
+	if b := l.backend(backend); b != nil {
+		b.ImportInFlight(n)
+	}
+}
+
 // sharedObserver is the scheduler's observer: nil (not a nil *Client)
 // without shared state.
 func (g *Gateway) sharedObserver() sched.SharedObserver {
@@ -91,7 +115,11 @@ func (g *Gateway) newShared(cfg *Config, reg prometheus.Registerer) error {
 	if err != nil {
 		return err
 	}
-	g.shared, err = sharedstate.New(sharedstate.Config{URL: s.Redis, TTL: s.TTL.Std(), KeyPrefix: s.KeyPrefix, Logger: g.log}, sharedLocal{g}, m)
+	sc := sharedstate.Config{URL: s.Redis, TTL: s.TTL.Std(), KeyPrefix: s.KeyPrefix, Logger: g.log}
+	if s.ShareLoad != nil && !*s.ShareLoad {
+		sc.LoadInterval = -1
+	}
+	g.shared, err = sharedstate.New(sc, sharedLocal{g}, m)
 	return err
 }
 

@@ -20,6 +20,9 @@ const spillBelow = 0.5
 // while it still meets the SLO.
 const spillSlower = 2
 
+// replicaSlack: see Pick.
+const replicaSlack = 1
+
 func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
 
 // sloAffinityPicker keeps each prompt where its prefix is cached while
@@ -49,7 +52,9 @@ func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
 // every backend's predictions fresh without giving up a cached prefix.
 type sloAffinityPicker struct {
 	explore float64
-	rr      atomic.Uint64
+	// rr counts picks; base is where a lone gateway's rotation starts.
+	rr   atomic.Uint64
+	base uint64
 }
 
 func newSLOAffinityPicker(ps Params) (Plugin, error) {
@@ -57,13 +62,13 @@ func newSLOAffinityPicker(ps Params) (Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &sloAffinityPicker{explore: e}
-	// Each process starts its rotation somewhere else: replicated
-	// gateways that all began at 0 sent their first new groups to the
-	// same backends, whose cold prefills then queued (sharedstate's
-	// replica test). A single gateway is indifferent to where it starts.
-	p.rr.Store(rand.Uint64())
-	return p, nil
+	// A gateway that knows of no other replica starts its rotation at
+	// random: replicated gateways that all began at 0 sent their first
+	// new groups to the same backends, whose cold prefills then queued
+	// (sharedstate's replica test). Replicas that know each other
+	// stagger their rotations by rank instead (Pick). A single gateway is
+	// indifferent to where it starts.
+	return &sloAffinityPicker{explore: e, base: rand.Uint64()}, nil
 }
 
 func (*sloAffinityPicker) Type() string { return SLOAffinityPickerType }
@@ -72,8 +77,30 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	// Scan from a rotating offset, so that candidates tied on every
 	// count (a cold start: no prefix, one prior prediction, no load)
 	// take new prompt groups in turn rather than all on the first.
+	//
+	// Replicas that share state (sharedstate) start their scans rank·n/N
+	// apart: on a cold fleet their simultaneous first picks then cover the
+	// backends evenly instead of colliding as often as random placement
+	// would — until each other's requests in flight are heard of (load
+	// counts them), the only thing that keeps them apart. Behind a
+	// round-robin balancer the replicas' pick counts advance together,
+	// so the stagger holds.
+	//
+	// Replicas also count a backend as tied with a less loaded one when
+	// it is within replicaSlack requests of it: the loads they share are
+	// milliseconds old, and replicas that decide in the same instant on
+	// the same view would otherwise all pick the same least-loaded
+	// backend (clients that finish together send together).
 	n := len(cands)
-	off := int(p.rr.Add(1) % uint64(n))
+	r := p.rr.Add(1)
+	slack := 0.0
+	if rank, reps := cy.s.replicaSlot(); reps > 1 {
+		r += uint64(rank * n / reps)
+		slack = replicaSlack
+	} else {
+		r += p.base
+	}
+	off := int(r % uint64(n))
 	aff, fastest, meets := off, off, 0
 	for k := range n {
 		i := off + k
@@ -82,7 +109,7 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		}
 		c := &cands[i]
 		cy.Predict(c)
-		if scores[i] > scores[aff] || (scores[i] == scores[aff] && load(c.b) < load(cands[aff].b)) {
+		if scores[i] > scores[aff] || (scores[i] == scores[aff] && load(c.b)+slack < load(cands[aff].b)) {
 			aff = i
 		}
 		if cy.MeetProbability(c) >= meetThreshold {

@@ -74,3 +74,101 @@ func TestSLOAffinitySpreadsNewGroups(t *testing.T) {
 		}
 	}
 }
+
+// slotObserver is a replica's SharedObserver that only knows its slot.
+type slotObserver struct{ rank, n int }
+
+func (slotObserver) PrefixInserted(string, []uint64)        {}
+func (slotObserver) CooldownOpen(string, string, time.Time) {}
+func (o slotObserver) ReplicaSlot() (rank, n int)           { return o.rank, o.n }
+
+// replicaScheduler is one replica's scheduler, with its own backends.
+func replicaScheduler(t *testing.T, rank, n int, names ...string) *Scheduler {
+	t.Helper()
+	s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: uint64(rank + 1), Explore: -1, Shared: slotObserver{rank, n}}, backends(names...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Replicas that know their slots, all starting cold at once and unable
+// to see each other's requests yet, place their first new groups evenly
+// over the backends: counts differ by at most one.
+func TestSLOAffinityStaggersReplicas(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	tests := []struct{ replicas, backends, each int }{
+		{4, 4, 2}, {2, 4, 2}, {4, 2, 1}, {3, 4, 2}, {4, 6, 1}, {3, 6, 3},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d replicas %d backends %d picks each", tt.replicas, tt.backends, tt.each), func(t *testing.T) {
+			got := map[string]int{}
+			g := 0
+			for r := range tt.replicas {
+				s := replicaScheduler(t, r, tt.replicas, names[:tt.backends]...)
+				for range tt.each {
+					g++
+					tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: blocksOf(strings.Repeat(fmt.Sprint("group ", g, " "), 200)), SLO: time.Second})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got[tk.Backend.Name()]++
+				}
+			}
+			lo, hi := tt.replicas*tt.each, 0
+			for _, n := range names[:tt.backends] {
+				lo, hi = min(lo, got[n]), max(hi, got[n])
+			}
+			if hi-lo > 1 {
+				t.Errorf("first picks per backend %v: uneven (%d to %d)", got, lo, hi)
+			}
+		})
+	}
+}
+
+// What the replicas know of each other's load is a few milliseconds old:
+// replicas deciding on the same view treat a backend one request busier
+// than the least loaded as tied with it, and their staggered scans then
+// send simultaneous new groups to different backends; a single gateway,
+// whose view is exact, still takes the least loaded; and a backend two
+// requests busier is avoided by all.
+func TestSLOAffinityReplicaSlack(t *testing.T) {
+	tests := []struct {
+		name          string
+		remoteA       int64
+		replicas      int
+		want0, want1  string // rank 0's and rank 1's pick
+		singleGateway string
+	}{
+		{"one request apart: tied for replicas", 1, 2, "b", "a", "b"},
+		{"two requests apart: least loaded", 2, 2, "b", "b", "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pick := func(s *Scheduler) string {
+				// Both replicas see a's requests of a third replica.
+				for _, b := range s.Backends() {
+					if b.Name() == "a" {
+						b.ImportInFlight(tt.remoteA)
+					}
+				}
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: blocksOf(strings.Repeat("a new group ", 200)), SLO: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tk.Backend.Name()
+			}
+			if got := pick(replicaScheduler(t, 0, tt.replicas, "a", "b")); got != tt.want0 {
+				t.Errorf("replica 0 picked %s, want %s", got, tt.want0)
+			}
+			if got := pick(replicaScheduler(t, 1, tt.replicas, "a", "b")); got != tt.want1 {
+				t.Errorf("replica 1 picked %s, want %s", got, tt.want1)
+			}
+			for range 4 { // whatever its random start
+				if got := pick(mustNew(t, SLOPredictive, newClock(), backends("a", "b"))); got != tt.singleGateway {
+					t.Errorf("a single gateway picked %s, want %s", got, tt.singleGateway)
+				}
+			}
+		})
+	}
+}

@@ -55,6 +55,10 @@ type Backend struct {
 	waiting atomic.Uint64
 	kvUsage atomic.Uint64
 
+	// remoteInFlight: other gateway replicas' requests in flight here, as
+	// they last published them (shared.go); 0 without shared state.
+	remoteInFlight atomic.Int64
+
 	prefix *PrefixIndex
 	caps   *capacityModel
 	// engine is what the engine's own metrics say about its cache.

@@ -86,8 +86,11 @@ type Candidate struct {
 // Backend is the candidate's backend.
 func (c *Candidate) Backend() *Backend { return c.b }
 
-// load is in-flight requests per unit of weight.
-func load(b *Backend) float64 { return float64(b.inFlight.Load()) / b.Spec.Weight }
+// load is in-flight requests per unit of weight: this gateway's, plus
+// those other replicas report through shared state (ImportInFlight).
+func load(b *Backend) float64 {
+	return float64(b.inFlight.Load()+b.remoteInFlight.Load()) / b.Spec.Weight
+}
 
 // Cycle is one scheduling decision's state: the request, the clock
 // reading, the backends that serve the request's model and API, and

@@ -9,7 +9,9 @@ import "time"
 // tells a SharedObserver what it learnt (on the request path, so the
 // observer must not block) and takes what other replicas learnt through
 // Backend.ImportPrefix and Backend.ImportCooldown. Package
-// gateway/sharedstate carries both through Redis.
+// gateway/sharedstate carries both through Redis, and each replica's
+// requests in flight per backend (Backend.ImportInFlight), which the load
+// the scheduler balances on then includes.
 
 // Cooldown kinds, as a SharedObserver hears them and ImportCooldown takes them.
 const (
@@ -27,6 +29,18 @@ type SharedObserver interface {
 	// CooldownOpen: the backend's breaker or SLO demotion (kind) is open
 	// until until. It may be called more than once for one opening.
 	CooldownOpen(backend, kind string, until time.Time)
+	// ReplicaSlot is this replica's rank among the n replicas sharing
+	// state (0 ≤ rank < n), in an order every replica agrees on; 0, 1
+	// while it knows of no other. It is called for every pick.
+	ReplicaSlot() (rank, n int)
+}
+
+// replicaSlot is the observer's ReplicaSlot, or 0, 1 without one.
+func (s *Scheduler) replicaSlot() (rank, n int) {
+	if s.opts.Shared == nil {
+		return 0, 1
+	}
+	return s.opts.Shared.ReplicaSlot()
 }
 
 // sharedInsert tells the observer, if any, of a prefix insert.
@@ -97,3 +111,14 @@ func (b *Backend) ImportCooldown(kind string, until, now time.Time) bool {
 	}
 	return true
 }
+
+// ImportInFlight sets how many requests the other replicas have in flight
+// on this backend, as they last reported it; the scheduler's load (load
+// scores, least-load ties, the slo-affinity picker's placement of new
+// prompt groups) counts them beside its own. Without it, replicas that
+// each see only their own requests send concurrent new groups to the
+// same backend, whose cold prefills then queue behind each other.
+func (b *Backend) ImportInFlight(n int64) { b.remoteInFlight.Store(max(n, 0)) }
+
+// RemoteInFlight is the other replicas' requests in flight, as imported.
+func (b *Backend) RemoteInFlight() int64 { return b.remoteInFlight.Load() }

@@ -20,6 +20,8 @@ func (r *recordingObserver) CooldownOpen(backend, kind string, _ time.Time) {
 	r.cooldowns = append(r.cooldowns, backend+"/"+kind)
 }
 
+func (r *recordingObserver) ReplicaSlot() (int, int) { return 0, 1 }
+
 // The observer hears each dispatched prompt's blocks and a breaker that
 // opens; nothing when the breaker stays closed.
 func TestSharedObserver(t *testing.T) {
@@ -100,5 +102,34 @@ func TestImportPrefix(t *testing.T) {
 	b.ImportPrefix([]uint64{1, 2, 3})
 	if got := b.Prefix().Match([]uint64{1, 2, 3, 4}); got != 3 {
 		t.Errorf("Match = %d, want 3", got)
+	}
+}
+
+// Other replicas' requests in flight count in the load every load-based
+// policy balances on, beside the gateway's own.
+func TestImportInFlight(t *testing.T) {
+	clk := newClock()
+	bs := backends("a", "b")
+	s := mustNew(t, LeastOutstanding, clk, bs)
+	bs[0].ImportInFlight(2)
+	var got []string
+	for range 6 {
+		tk, err := s.Pick(&Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, tk.Backend.Name())
+	}
+	// b takes the first two (a has two elsewhere), then the loads are
+	// balanced: a 2 + 2, b 4.
+	if !slices.Equal(got[:2], []string{"b", "b"}) || bs[0].InFlight() != 2 || bs[1].InFlight() != 4 {
+		t.Errorf("picks %v: a has %d in flight, b %d; want b, b first and 2, 4", got, bs[0].InFlight(), bs[1].InFlight())
+	}
+	if bs[0].RemoteInFlight() != 2 {
+		t.Errorf("a's remote count %d, want 2 (kept apart from its own)", bs[0].RemoteInFlight())
+	}
+	bs[1].ImportInFlight(-1)
+	if bs[1].RemoteInFlight() != 0 {
+		t.Errorf("a negative count imported as %d", bs[1].RemoteInFlight())
 	}
 }

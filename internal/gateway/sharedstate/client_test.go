@@ -19,10 +19,40 @@ type fakeLocal struct {
 	mu        sync.Mutex
 	prefixes  map[string][][]uint64
 	cooldowns map[string]time.Time // backend/kind → until
+	own       map[string]int64     // this replica's requests in flight
+	remote    map[string]int64     // the others', as imported
 }
 
 func newFakeLocal() *fakeLocal {
-	return &fakeLocal{prefixes: map[string][][]uint64{}, cooldowns: map[string]time.Time{}}
+	return &fakeLocal{prefixes: map[string][][]uint64{}, cooldowns: map[string]time.Time{},
+		own: map[string]int64{}, remote: map[string]int64{}}
+}
+
+func (f *fakeLocal) InFlight(dst []sharedstate.BackendLoad) []sharedstate.BackendLoad {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for b, n := range f.own {
+		dst = append(dst, sharedstate.BackendLoad{Backend: b, InFlight: n})
+	}
+	return dst
+}
+
+func (f *fakeLocal) ImportInFlight(backend string, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.remote[backend] = n
+}
+
+func (f *fakeLocal) setOwn(backend string, n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.own[backend] = n
+}
+
+func (f *fakeLocal) remoteInFlight(backend string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.remote[backend]
 }
 
 func (f *fakeLocal) ImportPrefix(backend string, blocks []uint64) {
@@ -171,4 +201,60 @@ func TestClientWithoutRedis(t *testing.T) {
 	eventually(t, 3*time.Second, "the repeated inserts queued again", func() bool {
 		return promtest.ToFloat64(r.m.Dropped) == 2000
 	})
+}
+
+// TestClientSharesInFlight: each replica's requests in flight reach the
+// others, summed per backend and without its own; every replica ranks
+// the live replicas alike; a replica that stops is forgotten, its
+// requests no longer counted.
+func TestClientSharesInFlight(t *testing.T) {
+	rs := startRedis(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cfg := sharedstate.Config{URL: rs.URL(), KeyPrefix: "test:inflight:"}
+	var reps []*replica
+	for range 3 {
+		reps = append(reps, startReplica(t, ctx, cfg))
+	}
+	// c stops on its own.
+	cctx, cstop := context.WithCancel(ctx)
+	c := startReplica(t, cctx, cfg)
+	reps = append(reps, c)
+	eventually(t, 5*time.Second, "every replica hears the three others", func() bool {
+		for _, r := range reps {
+			if _, n := r.c.ReplicaSlot(); n != 4 || !r.c.Connected() {
+				return false
+			}
+		}
+		return true
+	})
+	ranks := map[int]bool{}
+	for _, r := range reps {
+		rank, _ := r.c.ReplicaSlot()
+		ranks[rank] = true
+	}
+	if len(ranks) != 4 {
+		t.Errorf("ranks %v: want 0-3, one each", ranks)
+	}
+
+	reps[0].local.setOwn("b1", 3)
+	reps[1].local.setOwn("b1", 2)
+	c.local.setOwn("b2", 5)
+	want := func(r *replica, b1, b2 int64) func() bool {
+		return func() bool { return r.local.remoteInFlight("b1") == b1 && r.local.remoteInFlight("b2") == b2 }
+	}
+	d := eventually(t, 2*time.Second, "counts summed at each replica, less its own", func() bool {
+		return want(reps[0], 2, 5)() && want(reps[1], 3, 5)() && want(reps[2], 5, 5)() && want(c, 5, 0)()
+	})
+	t.Logf("requests in flight seen by the other replicas after %v", d)
+	reps[0].local.setOwn("b1", 0)
+	eventually(t, 2*time.Second, "a change reaches the others", want(reps[2], 2, 5))
+
+	cstop()
+	c.c.Close()
+	d = eventually(t, 5*time.Second, "a stopped replica is forgotten", func() bool {
+		_, n := reps[2].c.ReplicaSlot()
+		return want(reps[2], 2, 0)() && n == 3
+	})
+	t.Logf("stopped replica forgotten after %v", d)
 }

@@ -13,11 +13,19 @@
 // ImportCooldown); when it (re)subscribes it first loads the live keys
 // with SCAN, so a replica that starts or reconnects is not blind.
 //
-// Load is deliberately not shared: every replica counts its own requests
-// in flight and reads the engines' own metrics, which are fresher than
-// anything relayed through Redis would be.
+// Each replica also publishes its requests in flight per backend (read
+// every 5 ms off the request path, sent when they change and every second
+// regardless, as pub/sub messages only), and the scheduler's load counts
+// the others' sum beside its own (load.go): a replica alone sees only its
+// share of every backend's load, and replicas that placed new prompt
+// groups by their own counts stacked cold prefills on one backend. The
+// same messages tell each replica which others are alive, hence its rank
+// among them (ReplicaSlot), with which the slo-affinity picker staggers
+// its rotation: simultaneous first picks on a cold fleet, before any
+// count has arrived, then cover the backends evenly.
 //
 // Losing Redis only degrades routing to what each replica learns alone:
-// publishing drops its batches (counted), the subscriber retries with
-// backoff, and the connectivity gauge says so.
+// publishing drops its batches (counted), the others' requests in flight
+// are forgotten, the subscriber retries with backoff, and the
+// connectivity gauge says so.
 package sharedstate

@@ -3,6 +3,7 @@ package sharedstate_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -170,11 +171,31 @@ func sharedPrefixWorkload(groups, requests int, seed uint64) [][2]string {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // runStats: each request's TTFT by its index in the sequence (0:
-// failed).
+// failed), the backend that served it and when it was sent.
 type runStats struct {
-	ttfts  []time.Duration
-	failed int
-	errs   []string
+	ttfts    []time.Duration
+	backends []string
+	sent     []time.Duration
+	failed   int
+	errs     []string
+}
+
+// slowest describes the n slowest requests — index, the backend that
+// served them, TTFT, when they were sent — to show where a tail comes
+// from (a herd: several new groups stacked on one backend at once).
+func (s *runStats) slowest(n int) string {
+	idx := make([]int, 0, len(s.ttfts))
+	for i, d := range s.ttfts {
+		if d > 0 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(s.ttfts[b], s.ttfts[a]) })
+	var out []string
+	for _, i := range idx[:min(n, len(idx))] {
+		out = append(out, fmt.Sprintf("#%d %s %.0f ms (sent at %.0f ms)", i, s.backends[i], ms(s.ttfts[i]), ms(s.sent[i])))
+	}
+	return strings.Join(out, ", ")
 }
 
 // p is the q-quantile of the TTFTs of requests from index `from` on.
@@ -201,7 +222,8 @@ func runWorkload(t *testing.T, gws []*gw, model string, seq [][2]string, workers
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}, Timeout: 30 * time.Second}
 	var next atomic.Int64
 	var mu sync.Mutex
-	st := &runStats{ttfts: make([]time.Duration, len(seq))}
+	st := &runStats{ttfts: make([]time.Duration, len(seq)), backends: make([]string, len(seq)), sent: make([]time.Duration, len(seq))}
+	start := time.Now()
 	var hookOnce sync.Once
 	var wg sync.WaitGroup
 	for range workers {
@@ -214,7 +236,8 @@ func runWorkload(t *testing.T, gws []*gw, model string, seq [][2]string, workers
 				if hook != nil && i == after {
 					hookOnce.Do(hook)
 				}
-				ttft, err := chat(client, gws[i%len(gws)].url, model, seq[i])
+				sent := time.Since(start)
+				ttft, backend, err := chat(client, gws[i%len(gws)].url, model, seq[i])
 				mu.Lock()
 				if err != nil {
 					st.failed++
@@ -222,7 +245,7 @@ func runWorkload(t *testing.T, gws []*gw, model string, seq [][2]string, workers
 						st.errs = append(st.errs, err.Error())
 					}
 				} else {
-					st.ttfts[i] = ttft
+					st.ttfts[i], st.backends[i], st.sent[i] = ttft, backend, sent
 				}
 				mu.Unlock()
 			}
@@ -232,9 +255,10 @@ func runWorkload(t *testing.T, gws []*gw, model string, seq [][2]string, workers
 	return st
 }
 
-// chat sends one streamed chat request and returns its TTFT; any status
-// but 200 or a stream without [DONE] is a failure.
-func chat(client *http.Client, base, model string, msgs [2]string) (time.Duration, error) {
+// chat sends one streamed chat request and returns its TTFT and the
+// backend that served it; any status but 200 or a stream without [DONE]
+// is a failure.
+func chat(client *http.Client, base, model string, msgs [2]string) (time.Duration, string, error) {
 	body, _ := json.Marshal(map[string]any{
 		"model": model, "stream": true, "max_tokens": 4,
 		"messages": []map[string]string{{"role": "system", "content": msgs[0]}, {"role": "user", "content": msgs[1]}},
@@ -242,11 +266,11 @@ func chat(client *http.Client, base, model string, msgs [2]string) (time.Duratio
 	start := time.Now()
 	resp, err := client.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("status %d", resp.StatusCode)
+		return 0, "", fmt.Errorf("status %d", resp.StatusCode)
 	}
 	var ttft time.Duration
 	sc := bufio.NewScanner(resp.Body)
@@ -259,10 +283,10 @@ func chat(client *http.Client, base, model string, msgs [2]string) (time.Duratio
 			ttft = time.Since(start)
 		}
 		if strings.TrimSpace(strings.TrimPrefix(line, "data:")) == "[DONE]" {
-			return ttft, nil
+			return ttft, resp.Header.Get(gateway.HeaderBackend), nil
 		}
 	}
-	return 0, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
+	return 0, "", fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
 }
 
 type scenario struct {
@@ -293,14 +317,7 @@ func runScenario(t *testing.T, sc scenario, redisURL string, seq [][2]string, wo
 	}
 	gws := startGateways(t, ctx, sc.gateways, backends, url, "test:"+sc.name+":", sched.SLOPredictive)
 	if sc.redis {
-		eventually(t, 5*time.Second, "replicas subscribed", func() bool {
-			for _, g := range gws {
-				if !g.g.SharedState().Connected() {
-					return false
-				}
-			}
-			return true
-		})
+		eventually(t, 5*time.Second, "replicas subscribed and aware of each other", allKnown(gws))
 	}
 	h0, q0 := prefixCounters(t, fleet)
 	st := runWorkload(t, gws, fleet[0].ModelName(), seq, workers, -1, nil)
@@ -312,8 +329,8 @@ func runScenario(t *testing.T, sc scenario, redisURL string, seq [][2]string, wo
 	if q1 > q0 {
 		r.hitRate = (h1 - h0) / (q1 - q0)
 	}
-	t.Logf("%-22s prefix-hit %.3f  TTFT P99 %6.1f ms; after warm-up P50 %5.1f ms P99 %6.1f ms  failed %d",
-		sc.name, r.hitRate, ms(r.p99), ms(r.p50), ms(r.steadyP99), r.failed)
+	t.Logf("%-22s prefix-hit %.3f  TTFT P99 %6.1f ms; after warm-up P50 %5.1f ms P99 %6.1f ms  failed %d; slowest: %s",
+		sc.name, r.hitRate, ms(r.p99), ms(r.p50), ms(r.steadyP99), r.failed, st.slowest(6))
 	return r
 }
 
@@ -322,22 +339,31 @@ func runScenario(t *testing.T, sc scenario, redisURL string, seq [][2]string, wo
 // one gateway on the same fleet and request sequence. Four replicas that
 // share nothing are measured too: they are what the sharing is for.
 //
-// Each scenario runs rounds times, alternating, on a fresh fleet, and the
+// Each scenario runs several times, alternating, on a fresh fleet, and the
 // medians are compared: on a shared 2-core machine one run's P99 is often
-// another process's pause.
+// another process's pause. The P99 over the whole run is the one that
+// shows a cold-start herd (the replicas' first picks colliding on a
+// backend); the P99 after the warm-up shows the steady state.
 func TestReplicasMatchOneGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load run")
 	}
 	rs := startRedis(t)
-	const groups, requests, workers, rounds = 24, 480, 8, 3
+	const groups, requests, workers, rounds = 24, 480, 8, 5
 	seq := sharedPrefixWorkload(groups, requests, 7)
-	scs := []scenario{{"one-gateway", 1, false}, {"4-replicas-redis", 4, true}, {"4-replicas-no-sharing", 4, false}}
+	// The replicas without sharing are only a reference: fewer runs.
+	scs := []struct {
+		scenario
+		rounds int
+	}{{scenario{"one-gateway", 1, false}, rounds}, {scenario{"4-replicas-redis", 4, true}, rounds}, {scenario{"4-replicas-no-sharing", 4, false}, 2}}
 	res := make([][]scenarioResult, len(scs))
 	for round := range rounds {
 		for i, sc := range scs {
+			if round >= sc.rounds {
+				continue
+			}
 			sc.name = fmt.Sprintf("%s-%d", sc.name, round)
-			res[i] = append(res[i], runScenario(t, sc, rs.URL(), seq, workers, 2*groups))
+			res[i] = append(res[i], runScenario(t, sc.scenario, rs.URL(), seq, workers, 2*groups))
 		}
 	}
 	med := func(rs []scenarioResult, f func(scenarioResult) float64) float64 {
@@ -353,19 +379,40 @@ func TestReplicasMatchOneGateway(t *testing.T) {
 	steady := func(r scenarioResult) float64 { return ms(r.steadyP99) }
 	for i, sc := range scs {
 		t.Logf("median of %d: %-22s prefix-hit %.3f  TTFT P99 %6.1f ms, after warm-up %6.1f ms",
-			rounds, sc.name, med(res[i], hit), med(res[i], p99), med(res[i], steady))
+			len(res[i]), sc.name, med(res[i], hit), med(res[i], p99), med(res[i], steady))
 	}
-	oneHit, sharedHit := med(res[0], hit), med(res[1], hit)
-	oneP99, sharedP99 := med(res[0], steady), med(res[1], steady)
+	oneHit, sharedHit, aloneHit := med(res[0], hit), med(res[1], hit), med(res[2], hit)
+	oneP99, sharedP99 := med(res[0], p99), med(res[1], p99)
+	oneSteady, sharedSteady := med(res[0], steady), med(res[1], steady)
 	// The target is 10% for both. The prefix-hit rate holds it (it does
-	// not depend on timing much); P99 TTFT is asserted with room for the
-	// machine's noise, after the warm-up, where the replicas' local view
-	// of load herds their first picks (see docs/gateway.md).
+	// not depend on timing much), and sharing must be what holds it. P99
+	// TTFT is asserted with room for this machine's noise: over the whole
+	// run within 25% (a herd at the start put the replicas' median 39%
+	// over, single runs 80% over), after the warm-up within 1.5× + 20 ms.
 	if sharedHit < oneHit*0.9 {
 		t.Errorf("prefix-hit rate: 4 replicas %.3f < 90%% of one gateway's %.3f", sharedHit, oneHit)
 	}
-	if lim := oneP99*1.5 + 20; sharedP99 > lim {
-		t.Errorf("P99 TTFT after warm-up: 4 replicas %.1f ms > %.1f ms (one gateway %.1f ms ×1.5 + 20 ms)", sharedP99, lim, oneP99)
+	if sharedHit <= aloneHit {
+		t.Errorf("prefix-hit rate: 4 replicas sharing %.3f, no better than sharing nothing (%.3f)", sharedHit, aloneHit)
+	}
+	if lim := oneP99 * 1.25; sharedP99 > lim {
+		t.Errorf("P99 TTFT: 4 replicas %.1f ms > %.1f ms (one gateway %.1f ms ×1.25)", sharedP99, lim, oneP99)
+	}
+	if lim := oneSteady*1.5 + 20; sharedSteady > lim {
+		t.Errorf("P99 TTFT after warm-up: 4 replicas %.1f ms > %.1f ms (one gateway %.1f ms ×1.5 + 20 ms)", sharedSteady, lim, oneSteady)
+	}
+}
+
+// allKnown reports whether every replica is subscribed and hears from
+// all the others.
+func allKnown(gws []*gw) func() bool {
+	return func() bool {
+		for _, g := range gws {
+			if _, n := g.g.SharedState().ReplicaSlot(); !g.g.SharedState().Connected() || n != len(gws) {
+				return false
+			}
+		}
+		return true
 	}
 }
 
@@ -402,6 +449,17 @@ func TestRedisKilledMidRun(t *testing.T) {
 		start := time.Now()
 		go func() {
 			eventually(t, 5*time.Second, "replicas see Redis gone", allConnected(gws, false))
+			// Each now routes on its own counts alone.
+			for i, g := range gws {
+				if rank, n := g.g.SharedState().ReplicaSlot(); rank != 0 || n != 1 {
+					t.Errorf("replica %d without Redis: slot %d of %d, want 0 of 1", i, rank, n)
+				}
+				for _, b := range g.g.Scheduler().Backends() {
+					if r := b.RemoteInFlight(); r != 0 {
+						t.Errorf("replica %d without Redis still counts %d requests of others on %s", i, r, b.Name())
+					}
+				}
+			}
 			time.Sleep(time.Second)
 			rs.start()
 			downFor = time.Since(start)
@@ -410,7 +468,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 	if st.failed > 0 {
 		t.Fatalf("%d of %d requests failed with Redis killed mid-run: %v", st.failed, len(seq), st.errs)
 	}
-	d := eventually(t, 10*time.Second, "replicas resubscribed", allConnected(gws, true))
+	d := eventually(t, 10*time.Second, "replicas resubscribed and aware of each other again", allKnown(gws))
 	t.Logf("%d requests, 0 failed; Redis down for %v; all replicas resubscribed %v after the workload", len(seq), downFor.Round(time.Millisecond), d.Round(time.Millisecond))
 	var dropped float64
 	for _, g := range gws {
@@ -422,7 +480,7 @@ func TestRedisKilledMidRun(t *testing.T) {
 	// the others' indexes.
 	before := gws[1].metric(t, "ttft_gateway_shared_state_applied_total")
 	fresh := sharedPrefixWorkload(1, 1, 99)
-	if _, err := chat(http.DefaultClient, gws[0].url, model, fresh[0]); err != nil {
+	if _, _, err := chat(http.DefaultClient, gws[0].url, model, fresh[0]); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "replica 1 applies replica 0's entry after the reconnect", func() bool {
@@ -474,7 +532,7 @@ func TestBreakerTripShared(t *testing.T) {
 			t.Fatal("replica 0's breaker did not open")
 		}
 		sent = time.Now()
-		_, _ = chat(http.DefaultClient, gws[0].url, model, [2]string{"system", fmt.Sprint("request ", i)})
+		_, _, _ = chat(http.DefaultClient, gws[0].url, model, [2]string{"system", fmt.Sprint("request ", i)})
 	}
 	d := eventually(t, time.Second, "the other replicas' breakers open", func() bool {
 		for _, g := range gws[1:] {

@@ -24,6 +24,16 @@ const (
 	DefaultQueueSize     = 8192
 	DefaultBatchSize     = 256
 	DefaultFlushInterval = 5 * time.Millisecond
+	DefaultLoadInterval  = 5 * time.Millisecond
+)
+
+// Requests-in-flight reports: every replica republishes all its counts
+// every loadHeartbeat, even unchanged, and the others forget a replica
+// not heard from for loadExpiry (it stopped, or lost Redis), so a
+// replica's requests are not counted for ever after it dies.
+const (
+	loadHeartbeat = time.Second
+	loadExpiry    = 3 * loadHeartbeat
 )
 
 // Config configures a Client.
@@ -48,6 +58,10 @@ type Config struct {
 	// (default DefaultFlushInterval).
 	BatchSize     int
 	FlushInterval time.Duration
+	// LoadInterval is how often this replica's requests in flight per
+	// backend are read and, where they changed, published (default
+	// DefaultLoadInterval; negative: never, and others' are ignored).
+	LoadInterval time.Duration
 	// Logger gets connectivity changes (nil: discarded).
 	Logger *slog.Logger
 }
@@ -78,6 +92,9 @@ func (c *Config) defaults() error {
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = DefaultFlushInterval
 	}
+	if c.LoadInterval == 0 {
+		c.LoadInterval = DefaultLoadInterval
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -90,11 +107,28 @@ func (c *Config) defaults() error {
 type Local interface {
 	ImportPrefix(backend string, blocks []uint64)
 	ImportCooldown(backend, kind string, until time.Time)
+	// InFlight appends this replica's own requests in flight on each
+	// backend to dst (it is read every LoadInterval, off the request
+	// path).
+	InFlight(dst []BackendLoad) []BackendLoad
+	// ImportInFlight sets the other replicas' requests in flight on
+	// backend (their sum).
+	ImportInFlight(backend string, n int64)
+}
+
+// BackendLoad is one backend's requests in flight.
+type BackendLoad struct {
+	Backend  string
+	InFlight int64
 }
 
 // Entry kinds on the wire.
 const (
 	kindPrefix = "prefix"
+	// kindLoad: the origin's requests in flight on a backend (N). Only in
+	// messages, never a key: a replica that subscribes learns them within
+	// loadHeartbeat.
+	kindLoad = "load"
 )
 
 // entry is one piece of shared state, as a key's value and in a message.
@@ -106,6 +140,8 @@ type entry struct {
 	Blocks []uint64 `json:"h,omitempty"`
 	// Until: a cooldown's end, in Unix milliseconds.
 	Until int64 `json:"u,omitempty"`
+	// N: a load entry's requests in flight.
+	N int64 `json:"n,omitempty"`
 	// Origin is the publishing replica.
 	Origin string `json:"r"`
 }
@@ -164,7 +200,23 @@ type Client struct {
 	// applied, so one opening is published once and never echoed.
 	cooldowns map[cooldownKey]int64
 
+	// lmu guards remote: the other replicas' requests in flight per
+	// backend (by origin), and when each origin was last heard.
+	lmu    sync.Mutex
+	remote map[string]*remoteLoad
+	// slot is this replica's rank among the live replicas (high 32 bits)
+	// and their number (low 32), for ReplicaSlot; announce asks the load
+	// loop to publish every count now, so that a replica that just
+	// appeared learns of this one without waiting for a heartbeat.
+	slot     atomic.Uint64
+	announce atomic.Bool
+
 	wg sync.WaitGroup
+}
+
+type remoteLoad struct {
+	seen     time.Time
+	inFlight map[string]int64
 }
 
 type prefixKey struct {
@@ -206,6 +258,7 @@ func New(cfg Config, local Local, m *Metrics) (*Client, error) {
 		q:          make(chan entry, cfg.QueueSize),
 		sentPrefix: map[prefixKey]time.Time{},
 		cooldowns:  map[cooldownKey]int64{},
+		remote:     map[string]*remoteLoad{},
 	}, nil
 }
 
@@ -227,6 +280,9 @@ func (c *Client) Start(ctx context.Context) {
 		defer c.wg.Done()
 		c.subscribeLoop(ctx)
 	}()
+	if c.cfg.LoadInterval > 0 {
+		c.wg.Go(func() { c.loadLoop(ctx) })
+	}
 }
 
 // Close waits for the loops (their context must have ended) and closes
@@ -395,6 +451,9 @@ func (c *Client) subscribeLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := c.subscribeOnce(ctx)
+		// Whatever the others had in flight is no longer heard of: count
+		// only this replica's own until they report again.
+		c.forgetLoads(func(string) bool { return true })
 		if c.connected.Swap(false) {
 			c.m.Connected.Set(0)
 			c.cfg.Logger.Warn("shared state: lost Redis, routing on local state", "error", fmt.Sprint(err))
@@ -429,6 +488,7 @@ func (c *Client) subscribeOnce(ctx context.Context) error {
 	}
 	c.connected.Store(true)
 	c.m.Connected.Set(1)
+	c.announce.Store(true)
 	c.cfg.Logger.Info("shared state: subscribed to Redis", "loaded", n)
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
@@ -455,6 +515,7 @@ func (c *Client) applyMessage(payload string) {
 	if json.Unmarshal([]byte(payload), &m) != nil || m.Origin == c.cfg.ReplicaID {
 		return
 	}
+	c.heard(m.Origin)
 	for i := range m.Entries {
 		c.apply(&m.Entries[i])
 	}
@@ -465,12 +526,16 @@ func (c *Client) apply(e *entry) {
 	if e.Origin == c.cfg.ReplicaID {
 		return
 	}
-	if e.Kind == kindPrefix {
+	switch e.Kind {
+	case kindPrefix:
 		if len(e.Blocks) == 0 {
 			return
 		}
 		c.local.ImportPrefix(e.Backend, e.Blocks)
 		c.m.Applied.Inc()
+		return
+	case kindLoad:
+		c.applyLoad(e)
 		return
 	}
 	k := cooldownKey{e.Backend, e.Kind}
