@@ -137,6 +137,14 @@ type Scheduler struct {
 	cycles   sync.Pool // *Cycle
 	mu       sync.Mutex
 	rng      *rand.Rand
+	// decide serializes decisions with their dispatch: a pick reads the
+	// backends' requests in flight and prefix indexes, and the picks
+	// before it must have counted and inserted theirs. Unserialized, a
+	// burst of simultaneous requests read the same loads and the same
+	// empty index, and stacked on one backend or placed one new prompt
+	// group on several. A decision takes microseconds, so at thousands
+	// of requests a second the lock is rarely contended.
+	decide sync.Mutex
 }
 
 // New returns a scheduler running the named policy's profile, or
@@ -243,6 +251,8 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("model %q: %w", req.Model, ErrNoBackend)
 	}
+	s.decide.Lock()
+	defer s.decide.Unlock()
 	cands, i, reason := s.profile.run(cy, cands)
 	if len(cands) == 0 {
 		for _, b := range cy.scope {
