@@ -121,6 +121,17 @@ type EngineProfile struct {
 	// starts at once, so batch-1 latency is unaffected.
 	WaitingServedRatio float64 `yaml:"waiting_served_ratio,omitempty" json:"waiting_served_ratio,omitempty"`
 	MaxWaitingTokens   int     `yaml:"max_waiting_tokens,omitempty" json:"max_waiting_tokens,omitempty"`
+	// PrefillBatchTokens (v0 scheduler only; 0: the step budget) caps the
+	// prompt tokens one prefill batch takes, apart from the step budget
+	// that decodes share: TGI's max_batch_prefill_tokens (launcher default
+	// 4096 in 1.x–2.0; max_input_tokens + 50 = 4145 from 2.1, inputs
+	// defaulting to 4095). Whole prompts are taken FCFS while they fit; a
+	// prompt longer than the cap still goes alone (TGI refuses to start
+	// with max_input_tokens above it, so it never meets one). With
+	// WaitingServedRatio it also bounds how many waiting prompts can count
+	// towards the ratio: TGI's router collects a batch within this budget
+	// before comparing its size with ratio × running.
+	PrefillBatchTokens int `yaml:"prefill_batch_tokens,omitempty" json:"prefill_batch_tokens,omitempty"`
 	// GQAKVReread: the engine's decode-attention kernel reads each KV head
 	// once per query head instead of once per group (TensorRT-LLM's
 	// masked-MHA kernel before XQA, v0.5–0.6), so a grouped-query model's
@@ -310,6 +321,9 @@ func (c *Catalog) LoadFile(path string) error {
 		}
 		if e.APIOverheadMs < 0 || e.APIInflightMs < 0 {
 			return fmt.Errorf("catalog %s: engines[%d] (%s): api_overhead_ms and api_inflight_ms must not be negative", path, i, e.Name)
+		}
+		if e.PrefillBatchTokens < 0 {
+			return fmt.Errorf("catalog %s: engines[%d] (%s): prefill_batch_tokens must not be negative", path, i, e.Name)
 		}
 	}
 	c.Merge(&part)

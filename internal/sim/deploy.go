@@ -407,8 +407,13 @@ func (d *Deployment) resolveBatching() error {
 	if d.MaxNumBatchedTokens <= 0 {
 		// vLLM's API-server default: 8192 on GPUs with ≥ 70 GiB, else 2048;
 		// without chunked prefill, at least one whole maximum-length prompt.
+		// vLLM V0's scheduler (whole prompts, prefill first) takes
+		// max(max_model_len, 2048) on every GPU: its SchedulerConfig
+		// default with chunked prefill off (0.5–0.8), before the
+		// per-GPU-size defaults of V1's API server existed.
+		v0Whole := cfg.Scheduler == "v0" && !d.Profile.PrefillChunks
 		d.MaxNumBatchedTokens = 2048
-		if d.GPU.MemoryGB*1e9 >= 70*(1<<30) {
+		if d.GPU.MemoryGB*1e9 >= 70*(1<<30) && !v0Whole {
 			d.MaxNumBatchedTokens = 8192
 		}
 		if d.Profile.BatchDefaults == "vllm-v1" && cfg.Scheduler != "v0" {

@@ -374,8 +374,8 @@ func (e *Engine) schedule(now time.Duration) (preempted int) {
 	if d.Config.Scheduler == "v0" {
 		// vLLM ≤ 0.6 default: a step prefills whole waiting prompts if any
 		// fit, and only otherwise decodes the running ones.
-		if e.prefillAllowed(budget) {
-			budget = e.schedWaiting(now, budget, false)
+		if pb := e.prefillBudget(budget); e.prefillAllowed(pb) {
+			e.schedWaiting(now, pb, false)
 		}
 		if len(e.batch) == 0 {
 			_, preempted = e.schedRunning(budget)
@@ -393,6 +393,29 @@ func (e *Engine) schedule(now time.Duration) (preempted int) {
 	return preempted
 }
 
+// prefillBudget is the token budget of a v0 prefill batch: the step's, or
+// the profile's PrefillBatchTokens where that is smaller (TGI's
+// max_batch_prefill_tokens, which its router applies to the prompts it
+// collects for a prefill, apart from the decodes). A first waiting prompt
+// longer than the cap is given a budget of its own length, so it runs
+// alone instead of waiting for ever (TGI refuses to start with
+// max_input_tokens above the cap, so a real server never meets one). A
+// deployment that sets its own budget (--max-num-batched-tokens, TGI's
+// --max-batch-prefill-tokens) overrides the profile's cap.
+func (e *Engine) prefillBudget(budget int) int {
+	c := e.d.Profile.PrefillBatchTokens
+	if c <= 0 || c >= budget || e.d.Config.MaxNumBatchedTokens > 0 {
+		return budget
+	}
+	if e.NumWaiting() > 0 {
+		s := e.waiting[e.wHead]
+		if n := s.numTokens() - s.numComputed; n > c {
+			return min(n, budget)
+		}
+	}
+	return c
+}
+
 // prefillAllowed applies the profile's waiting policy (TGI's router):
 // with sequences decoding, a prefill batch starts only when the prompts
 // it would take (FCFS, whole, within budget) number at least
@@ -408,11 +431,25 @@ func (e *Engine) prefillAllowed(budget int) bool {
 		return true
 	}
 	need := int(math.Floor(float64(len(e.running)) * p.WaitingServedRatio))
+	// TGI's router collects the batch within both its prefill budget and
+	// what is left of its total token budget (each request's prompt and
+	// max_new_tokens reserved), then compares its size with need.
+	headroom := -1
+	if p.GuaranteedNoEvict {
+		headroom = e.noEvictHeadroom()
+	}
 	fit := 0
 	for _, s := range e.waiting[e.wHead:] {
 		n := s.numTokens() - s.numComputed
 		if n > budget || fit >= need {
 			break
+		}
+		if headroom >= 0 {
+			full := e.blocksToFinish(s)
+			if full > headroom {
+				break
+			}
+			headroom -= full
 		}
 		budget -= n
 		fit++

@@ -200,7 +200,10 @@ func pick(meas, pred float64) float64 {
 // Latest (TensorRT-LLM's runtimes prepare decode steps while the GPU
 // runs, host_overlap): TTFT 15.9 % overall, 19.4 % open loop; throughput
 // 11.0 %, static 11.5 %, saturation 10.9 % — TensorRT-LLM 10.0 %,
-// GPUStack 11.8 %; ITL 9.2 %.
+// GPUStack 11.8 %; ITL 9.2 %. The round after (TGI's prefill budget, vLLM
+// V0's step budget: no corpus row runs either) left every figure as it
+// was; the slack on batch-1 (6.0 %), static (0.7 %), closed-loop TTFT
+// (32.6 %) and closed-loop throughput (4.7 %) was narrowed then.
 func TestLeaveOneSourceOut(t *testing.T) {
 	rows, err := DefaultCorpus()
 	if err != nil {
@@ -227,14 +230,14 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		max  float64
 	}{
 		{"TTFT all", 16.5},
-		{"TTFT batch1", 10},
-		{"TTFT static", 5},
+		{"TTFT batch1", 7},
+		{"TTFT static", 2},
 		{"TTFT rate", 21},
-		{"TTFT closed", 35},
+		{"TTFT closed", 34},
 		{"throughput all", 11.5},
 		{"throughput static", 12.5},
 		{"throughput rate", 10.5},
-		{"throughput closed", 8},
+		{"throughput closed", 6},
 		{"throughput saturation", 11.5},
 		{"ITL all", 10},
 	} {
