@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -70,6 +71,18 @@ func withoutTokenize(t *testing.T, base string) string {
 			http.NotFound(w, r)
 			return
 		}
+		// The body is read whole first, as any LLM gateway does: Go's
+		// HTTP/1 server closes an unread request body once the response
+		// headers go out, and a transport still copying it upstream then
+		// tears the upstream connection down mid-stream (golang/go#40747),
+		// a rare cut that has nothing to do with ttft bench.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 		proxy.ServeHTTP(w, r)
 	})}
 	go srv.Serve(l)
