@@ -26,7 +26,10 @@ import (
 // 90% of all requests, none refused. Issue 17's bar, 99% of admitted
 // requests, is logged, not asserted: a stall of the machine running
 // fleet, gateway and client at once delays every request in flight,
-// which no prediction from the queue can foresee.
+// which no prediction from the queue can foresee; admission's loop on
+// the outcome (sched/admit_feedback.go) backs off after such misses,
+// but the requests already queued miss, and one seed on a shared
+// machine is too few outcomes to show a 1% rate either way.
 func TestAdmissionOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live runs take seconds")

@@ -61,6 +61,11 @@ type queueBound struct {
 	q      float64 // cached AdmitQuantile of the active fit's errors, seconds
 	few    bool    // too few errors for that quantile
 	dirty  int
+	// admitAt is when admission last sent the backend a request, alone
+	// the last TTFT of a request that found nothing ahead, seconds
+	// (probeDue).
+	admitAt time.Time
+	alone   float64
 	// reach is the longest queue ahead (InFlight) a TTFT has come
 	// from: the bound admits no request further back than one past it
 	// (QueueEstimate.Fits), since its fit knows nothing of longer
@@ -291,6 +296,9 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 	b.n++
 	b.dirty++
 	b.reach = max(b.reach, feat.InFlight)
+	if feat.InFlight == 0 {
+		b.alone = ttft
+	}
 	if b.n >= boundMinSamples {
 		// Believe the fewest slots among the candidates about as good as
 		// the best (within a tenth): of models the TTFTs cannot tell
@@ -379,6 +387,10 @@ type QueueEstimate struct {
 func (b *queueBound) estimate(feat Features) QueueEstimate {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.estimateLocked(feat)
+}
+
+func (b *queueBound) estimateLocked(feat Features) QueueEstimate {
 	f := &b.fits[b.active]
 	m := slotHypotheses[b.active]
 	x := boundX(feat, m)
@@ -431,6 +443,11 @@ func (t *Ticket) QueueEstimate() QueueEstimate {
 	return t.Backend.preds.bound.estimate(t.feat)
 }
 
+// ReasonAdmitProbe is the decision reason of a request admission sent,
+// alone, to a backend whose bound refuses even a request alone
+// (queueBound.probeDue).
+const ReasonAdmitProbe = "admission-probe"
+
 // ReasonRoom is the decision reason of a request that admission
 // (Request.Admit) moved from the backend the profile picked, predicted to
 // miss its SLO, to another with room.
@@ -443,7 +460,9 @@ var ErrRefused = errors.New("no backend is predicted to meet the TTFT SLO")
 // Refused is Pick's error for a request admission refused.
 type Refused struct {
 	// Backend is the one the profile picked; Estimate its queue-aware
-	// bound (not Ready: its routing prediction, Prediction, refused).
+	// bound as admission judged it (raised by the route's lateness and
+	// divided by its use, admit_feedback.go; not Ready: its routing
+	// prediction, Prediction, refused).
 	Backend    string
 	Estimate   QueueEstimate
 	Prediction Prediction
@@ -462,10 +481,13 @@ func (e *Refused) Unwrap() error { return ErrRefused }
 // to dispatch on — c, the profile's pick, when its queue-aware bound is
 // within the SLO; otherwise the backend with room that predicts the
 // shortest TTFT, so that a refusal means no backend can take the request
-// in time, not that the routing policy preferred a full one — or a
+// in time, not that the routing policy preferred a full one; failing
+// both, an idle backend due a probe (queueBound.probeDue) — or a
 // *Refused. Nothing has been dispatched when it refuses: the request is
 // in no backend's queue or prefix index. A backend whose bound has too
-// few TTFTs is judged as fits says.
+// few TTFTs is judged as fits says. Bounds are judged under the route's
+// feedback (admitLoop: lateness added, against use × SLO), and the
+// admission returned tells the ticket's first token where to report.
 //
 // The backends with room are looked for among all that serve the request
 // and are available (healthy, breaker admitting, under their concurrency
@@ -474,10 +496,23 @@ func (e *Refused) Unwrap() error { return ErrRefused }
 // to a backend only the requests it is predicted to serve in time, which
 // is what demotion is for, and a demoted backend would otherwise sit idle
 // for its cooldown (up to 30 s) while requests are refused.
-func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
+func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, admission, error) {
 	slo := cy.req.SLO
 	if slo <= 0 {
-		return c, "", nil
+		return c, "", admission{}, nil
+	}
+	// The route's feedback (admit_feedback.go): every ready bound of a
+	// backend with requests in flight is judged raised by the lateness
+	// of the route's last first tokens and against use × slo.
+	loop := s.loops.get(cy.req.Model)
+	st := loop.state(cy.now, slo)
+	admitted := func(e QueueEstimate) admission {
+		a := admission{loop: loop, epoch: st.epoch}
+		if e.Ready {
+			a.mean = e.Mean
+			a.judged = e.Ahead > 0
+		}
+		return a
 	}
 	// evidence: some backend's bound is ready, so the workload has been
 	// seen to queue (fits).
@@ -488,13 +523,23 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 		}
 		evidence = evidence || b.preds.bound.ready()
 	}
-	e := c.b.preds.bound.estimate(c.feat)
+	e := st.adjust(c.b.preds.bound.estimate(c.feat))
 	if fits(e, c.pred, slo, evidence) {
-		return c, "", nil
+		a := admitted(e)
+		c.b.preds.bound.admitted(cy.now)
+		return c, "", a, nil
 	}
 	var best *Candidate
+	var bestE QueueEstimate
 	var bestMean time.Duration
 	wait := time.Duration(-1)
+	// probe: an idle backend whose ready bound refuses even a request
+	// alone, due a probe (probeDue) — c first.
+	var probe *Candidate
+	var probeE QueueEstimate
+	if e.Ready && e.Ahead == 0 && c.b.preds.bound.probeDue(cy.now, slo) {
+		probe, probeE = c, e
+	}
 	for k, b := range cy.scope {
 		if b == c.b || slices.Contains(cy.req.Exclude, b.Spec.Name) || !b.admissible(cy.now) {
 			continue
@@ -504,7 +549,7 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 		}
 		o := &Candidate{b: b, scope: int32(k)}
 		cy.predict(o)
-		oe := b.preds.bound.estimate(o.feat)
+		oe := st.adjust(b.preds.bound.estimate(o.feat))
 		if !oe.Ready {
 			// Too few TTFTs for its bound: judged as the profile's
 			// pick would be (fits) — once other backends' bounds are
@@ -515,22 +560,32 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 			// room, and slow backends stayed cold, their capacity
 			// unused, for half of a run.
 			if fits(oe, o.pred, slo, evidence) && (best == nil || o.pred.Mean < bestMean) {
-				best, bestMean = o, o.pred.Mean
+				best, bestE, bestMean = o, oe, o.pred.Mean
 			}
 			continue
 		}
 		if oe.Fits(slo) {
 			if best == nil || oe.Mean < bestMean {
-				best, bestMean = o, oe.Mean
+				best, bestE, bestMean = o, oe, oe.Mean
 			}
 			continue
+		}
+		if probe == nil && oe.Ahead == 0 && b.preds.bound.probeDue(cy.now, slo) {
+			probe, probeE = o, oe
 		}
 		if w := oe.Wait(slo); wait < 0 || w < wait {
 			wait = w
 		}
 	}
 	if best != nil {
-		return best, ReasonRoom, nil
+		a := admitted(bestE)
+		best.b.preds.bound.admitted(cy.now)
+		return best, ReasonRoom, a, nil
+	}
+	if probe != nil {
+		probe.b.preds.bound.admitted(cy.now)
+		a := admitted(probeE)
+		return probe, ReasonAdmitProbe, a, nil
 	}
 	w := c.pred.P95 - slo // the routing prediction's, without a bound
 	if e.Ready {
@@ -539,7 +594,53 @@ func (s *Scheduler) admit(cy *Cycle, c *Candidate) (*Candidate, string, error) {
 	if wait < 0 || w < wait {
 		wait = w
 	}
-	return c, "", &Refused{Backend: c.b.Spec.Name, Estimate: e, Prediction: c.pred, RetryAfter: max(wait, 0)}
+	return c, "", admission{}, &Refused{Backend: c.b.Spec.Name, Estimate: e, Prediction: c.pred, RetryAfter: max(wait, 0)}
+}
+
+// admission is what a ticket admitted by Pick carries for its route's
+// feedback: the loop and its epoch at admission, and the bound's mean
+// for the backend it was dispatched to (0 when that bound was not
+// ready), against which its first token's lateness is measured; judged:
+// the loop's use decided it (a ready bound, requests in flight ahead).
+type admission struct {
+	loop   *admitLoop
+	epoch  uint64
+	mean   time.Duration
+	judged bool
+}
+
+// probeDue reports whether a backend with nothing of the gateway's in
+// flight is due a probe: one request admitted against its bound. The
+// bound learns only from the TTFTs of the requests admission lets
+// through, so a bound that a slowdown taught to refuse everything — its
+// fit, or its margin (a quantile of errors that only new TTFTs
+// replace), frozen where the slowdown left it — would refuse
+// everything, the backend idle, for good; a request alone waits for
+// nothing, and its TTFT is what corrects the bound.
+//
+// Only that lock is probed: the bound refuses even a request alone with
+// nothing to prefill (a bound that refuses one long prompt — rightly:
+// alone, its prefill takes longer than the SLO — admits the next short
+// one, and probes nothing). And at most once per slo unless the last
+// request alone met it: where the bound is right (no request can be
+// served within the SLO) probes cost one request per SLO per backend;
+// where it is wrong, a backend serving one request at a time within
+// the SLO gets the next at once, and its TTFTs replace the stale errors
+// within a few hundred of them instead of a minute of probes.
+func (b *queueBound) probeDue(now time.Time, slo time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.estimateLocked(Features{}).Bound <= slo {
+		return false
+	}
+	return b.alone > 0 && b.alone <= slo.Seconds() || now.Sub(b.admitAt) >= slo
+}
+
+// admitted records that admission sent the backend a request at now.
+func (b *queueBound) admitted(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.admitAt = now
 }
 
 // ready reports whether the bound has seen enough TTFTs to be trusted.

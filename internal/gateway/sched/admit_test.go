@@ -155,6 +155,7 @@ func TestPickAdmit(t *testing.T) {
 		trainFIFO(b, rng)
 	}
 	s := mustNew(t, PrefixAffinity, clk, bs)
+	s.loops.off = true // the bound alone (admit_feedback_test.go tests the loop)
 	// 20 ms + 30 ms per request ahead ≤ 210 ms: 6 ahead, 7 in flight.
 	const slo = 210 * time.Millisecond
 	req := func(i int) *Request {
@@ -273,6 +274,7 @@ func TestPickAdmitColdBackend(t *testing.T) {
 	trainFIFO(bs[0], rand.New(rand.NewPCG(15, 16)))
 	bs[1].preds.bound.on.Store(true)
 	s := mustNew(t, PrefixAffinity, clk, bs)
+	s.loops.off = true                 // the bound alone
 	const slo = 210 * time.Millisecond // a takes 7 (20 ms + 30 ms per request ahead)
 	req := func(i int) *Request {
 		return &Request{Model: "m", SLO: slo, Admit: true, Blocks: blocksOf(strings.Repeat("a shared system prompt ", 20) + fmt.Sprint(i))}

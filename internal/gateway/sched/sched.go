@@ -145,6 +145,8 @@ type Scheduler struct {
 	// group on several. A decision takes microseconds, so at thousands
 	// of requests a second the lock is rarely contended.
 	decide sync.Mutex
+	// loops: admission's feedback per route (admit_feedback.go).
+	loops admitLoops
 }
 
 // New returns a scheduler running the named policy's profile, or
@@ -218,7 +220,10 @@ type Ticket struct {
 	caps    bool
 	capU    [nCap]int64
 	capWork [nCap]float64
-	mu      sync.Mutex
+	// adm: admitted by Request.Admit; its first token is the route's
+	// admission feedback (admit_feedback.go).
+	adm admission
+	mu  sync.Mutex
 }
 
 func (s *Scheduler) float() float64 {
@@ -269,14 +274,16 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	if !c.predDone {
 		cy.predict(c)
 	}
+	var adm admission
 	if req.Admit {
-		a, why, err := s.admit(cy, c)
+		a, why, ad, err := s.admit(cy, c)
 		if err != nil {
 			return nil, err
 		}
 		if a != c {
 			c, reason = a, why
 		}
+		adm = ad
 	}
 	t := &Ticket{
 		Backend:    c.b,
@@ -294,6 +301,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 		feat:         c.feat,
 		uncached:     int64(c.uncached),
 		start:        now,
+		adm:          adm,
 	}
 	t.trial, t.probe = c.b.claim(now)
 	if t.probe && reason != ReasonNoHeadroom {
@@ -384,6 +392,9 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 			t.s.sharedCooldowns(t.Backend, now)
 		}
 		t.probe = false
+		if t.adm.loop != nil {
+			t.adm.loop.outcome(now, t.adm, ttft, t.SLO)
+		}
 	}
 	return ttft
 }
