@@ -92,3 +92,37 @@ func (c *cooldown) report(now time.Time, good, trial bool, p cooldownPolicy) {
 		c.state, c.until, c.trial = coolOpen, now.Add(c.wait), false
 	}
 }
+
+// sloVerdict reports whether the request's SLO violation is a verdict on
+// its backend for the SLO tracker's demotion. Under a policy that routes
+// by predictions, only a violation the prediction did not foresee is: the
+// policy sent the request knowing it might miss (a full prefill on a
+// backend whose prefills exceed the SLO while its cache hits meet it, or
+// a request no backend was predicted to serve in time), and it already
+// moves requests off a backend predicted to miss. Demoting for foreseen
+// misses took every prompt group off such a backend for seconds at a
+// time, each paying a full prefill elsewhere and evicting others there
+// (docs/routing-evaluation.md, "Real engines: Ollama fleets"). Without a
+// ready prediction there is nothing foreseen or not: no verdict either,
+// so a backend's first few requests (its cold prefills) cannot demote
+// it. Other policies have no other signal: every violation counts.
+func (t *Ticket) sloVerdict() bool {
+	if !t.s.profile.predictive {
+		return true
+	}
+	return t.Prediction.Ready && t.Prediction.P95 <= t.SLO
+}
+
+// reportSLOForeseen feeds the SLO tracker a violation that is no verdict
+// (sloVerdict): it counts against the attainment, leaves the demotion's
+// count of consecutive violations as it was, and frees the probe slot if
+// the request held it, for the next request to probe.
+func (b *Backend) reportSLOForeseen(probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.attain += 0.05 * (0 - b.attain)
+	b.nSLO++
+	if probe {
+		b.demotion.release()
+	}
+}

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -55,5 +56,51 @@ func TestCooldown(t *testing.T) {
 	c.report(now, true, true, p)
 	if c.at(now) != coolClosed || c.wait != 0 || !c.admits(now) {
 		t.Fatalf("a good trial: state %d cooldown %v, want closed and reset", c.at(now), c.wait)
+	}
+}
+
+// Under a policy that routes by predictions, the SLO tracker demotes a
+// backend only for violations its predictions did not foresee: a backend
+// whose full prefills exceed the SLO (while its cache hits meet it) keeps
+// its prompt groups. Other policies demote for every violation, and no
+// policy for requests sent before the backend's predictions were ready.
+func TestSLODemotionForeseen(t *testing.T) {
+	slo := 100 * time.Millisecond
+	tests := []struct {
+		name      string
+		policy    string
+		base, tok float64 // the backend's learnt TTFT: base + tok per uncached token
+		trained   bool
+		want      int
+	}{
+		{"non-predictive policy: every violation counts", PrefixAffinity, 0.05, 2e-4, true, SLODemoted},
+		{"foreseen violations do not demote", SLOPredictive, 0.05, 2e-4, true, SLOOK},
+		{"unforeseen violations demote", SLOPredictive, 0.02, 2e-5, true, SLODemoted},
+		{"no ready prediction: no verdict", SLOPredictive, 0, 0, false, SLOOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			bs := backends("a")
+			if tt.trained {
+				train(bs[0], 200, tt.base, tt.tok, rand.New(rand.NewPCG(5, 6)))
+			}
+			s := mustNew(t, tt.policy, clk, bs)
+			for i := range demoteAfter {
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 1000, SLO: slo})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.trained && i == 0 && tk.MeetsSLO == (tt.base > 0.04) {
+					t.Fatalf("predicted %v (P95 %v): meets %v, not as the case says", tk.Prediction.Mean, tk.Prediction.P95, tk.MeetsSLO)
+				}
+				clk.add(2 * slo)
+				tk.FirstToken()
+				tk.End(OutcomeOK)
+			}
+			if st := bs[0].SLOState(clk.now()); st != tt.want {
+				t.Errorf("after %d violations: SLO state %d, want %d", demoteAfter, st, tt.want)
+			}
+		})
 	}
 }

@@ -387,7 +387,11 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	}
 	t.Backend.preds.observeAt(t.start, t.feat, ttft.Seconds())
 	if t.SLO > 0 {
-		t.Backend.reportSLO(now, ttft <= t.SLO, t.probe)
+		if met := ttft <= t.SLO; met || t.sloVerdict() {
+			t.Backend.reportSLO(now, met, t.probe)
+		} else {
+			t.Backend.reportSLOForeseen(t.probe) // cooldown.go
+		}
 		if ttft > t.SLO {
 			t.s.sharedCooldowns(t.Backend, now)
 		}
