@@ -334,34 +334,43 @@ func TestWaitingServedRatio(t *testing.T) {
 				t.Fatalf("tgi profile: scheduler %q, ratio %g, max waiting %d; want v0, 1.2, 20", d.Config.Scheduler, d.Profile.WaitingServedRatio, d.Profile.MaxWaitingTokens)
 			}
 			d.Profile.WaitingServedRatio, d.Profile.MaxWaitingTokens = tc.ratio, tc.maxWait
-			e := NewEngine(d)
 			// Four prompts at an idle engine: prefilled in the first step.
-			for range 4 {
-				s, _ := e.NewSeq(100, 200, nil)
-				e.Add(s, 0)
-			}
-			res := e.Step(0)
-			if len(res.Emits) != 4 {
-				t.Fatalf("idle engine: first step emitted %d first tokens, want 4", len(res.Emits))
-			}
-			now := res.End
-			var fresh []*Seq
-			for range tc.newcomers {
-				s, _ := e.NewSeq(100, 5, nil)
-				e.Add(s, now)
-				fresh = append(fresh, s)
-			}
-			decodes := 0
-			for ; decodes < 50; decodes++ {
-				res = e.Step(now)
-				now = res.End
-				if fresh[0].numComputed > 0 {
-					break
-				}
-			}
+			decodes := decodesBeforeNewcomers(t, NewEngine(d), 100, 200, 100, tc.newcomers)
 			if decodes != tc.wantDecodes {
 				t.Errorf("newcomers prefilled after %d decode steps, want %d", decodes, tc.wantDecodes)
 			}
 		})
 	}
+}
+
+// decodesBeforeNewcomers starts four running sequences (prompt, output
+// tokens) at an idle engine, then adds newcomers of newPrompt tokens and
+// counts the decode steps before the first of them is prefilled (at most
+// 50).
+func decodesBeforeNewcomers(t *testing.T, e *Engine, prompt, output, newPrompt, newcomers int) int {
+	t.Helper()
+	for range 4 {
+		s, _ := e.NewSeq(prompt, output, nil)
+		e.Add(s, 0)
+	}
+	res := e.Step(0)
+	if len(res.Emits) != 4 {
+		t.Fatalf("idle engine: first step emitted %d first tokens, want 4", len(res.Emits))
+	}
+	now := res.End
+	var fresh []*Seq
+	for range newcomers {
+		s, _ := e.NewSeq(newPrompt, 5, nil)
+		e.Add(s, now)
+		fresh = append(fresh, s)
+	}
+	decodes := 0
+	for ; decodes < 50; decodes++ {
+		res = e.Step(now)
+		now = res.End
+		if fresh[0].numComputed > 0 {
+			break
+		}
+	}
+	return decodes
 }

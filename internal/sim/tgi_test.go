@@ -79,30 +79,7 @@ func TestPrefillBatchTokensThrottle(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Profile.PrefillBatchTokens = tc.cap
-			e := NewEngine(d)
-			for range 4 {
-				s, _ := e.NewSeq(100, 500, nil)
-				e.Add(s, 0)
-			}
-			res := e.Step(0)
-			if len(res.Emits) != 4 {
-				t.Fatalf("idle engine: first step emitted %d first tokens, want 4", len(res.Emits))
-			}
-			now := res.End
-			var fresh []*Seq
-			for range tc.newcomers {
-				s, _ := e.NewSeq(tc.prompt, 5, nil)
-				e.Add(s, now)
-				fresh = append(fresh, s)
-			}
-			decodes := 0
-			for ; decodes < 50; decodes++ {
-				res = e.Step(now)
-				now = res.End
-				if fresh[0].numComputed > 0 {
-					break
-				}
-			}
+			decodes := decodesBeforeNewcomers(t, NewEngine(d), 100, 500, tc.prompt, tc.newcomers)
 			if decodes != tc.wantDecodes {
 				t.Errorf("newcomers prefilled after %d decode steps, want %d", decodes, tc.wantDecodes)
 			}
