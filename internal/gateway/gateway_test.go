@@ -312,6 +312,33 @@ func TestAdmissionRejectAndDegrade(t *testing.T) {
 	if res.status != 200 || !strings.Contains(res.raw, `"model":"small"`) {
 		t.Fatalf("degrade: status %d, stream %q", res.status, res.raw)
 	}
+	// The route's admission loop is exported: it started backed off once
+	// (0.9 of the SLO) and has moved neither way on five requests.
+	m := scrape(t, url)
+	for _, want := range []string{
+		`ttft_gateway_admission_slo_share{model="m"} 0.9`,
+		`ttft_gateway_admission_backoffs_total{model="m"} 0`,
+		`ttft_gateway_admission_relaxes_total{model="m"} 0`,
+		`ttft_gateway_admission_lateness_seconds{model="m"}`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func scrape(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestMetricsAndTracePropagation(t *testing.T) {

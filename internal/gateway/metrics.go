@@ -123,11 +123,18 @@ var (
 	descEngineCache = prometheus.NewDesc("ttft_gateway_backend_engine_cache_tokens", "KV cache capacity the backend's engine publishes, in tokens (vLLM cache_config_info num_gpu_blocks x block_size, SGLang max_total_num_tokens).", []string{"backend"}, nil)
 	descEngineHit   = prometheus.NewDesc("ttft_gateway_backend_prefix_cache_hit_ratio", "Share of the prompt tokens the backend's engine looked up in its prefix cache between the last two scrapes that it found there (its counters), or the engine's own hit-rate gauge.", []string{"backend"}, nil)
 	descRestarts    = prometheus.NewDesc("ttft_gateway_backend_engine_restarts_total", "Restarts of the backend's engine seen in its metrics (process start time changed, or prefix-cache counters went down); each emptied the backend's prefix index.", []string{"backend"}, nil)
-	descLearntCap   = prometheus.NewDesc("ttft_gateway_backend_cache_capacity_blocks", "Prefix-cache capacity the scheduler believes the backend holds, in prefix-index blocks; only policies that route by TTFT predictions learn it.", []string{"backend"}, nil)
+	// The admission loop of each route (sched.AdmissionRoutes): what
+	// share of the SLO admitted requests' bounds may take, what is added
+	// to them now, and how often the share moved.
+	descAdmitShare    = prometheus.NewDesc("ttft_gateway_admission_slo_share", "Share of its TTFT SLO an admitted request's predicted bound may take on the route (the admission feedback loop; 1 = the whole SLO).", []string{"model"}, nil)
+	descAdmitLate     = prometheus.NewDesc("ttft_gateway_admission_lateness_seconds", "Median lateness of the route's last first tokens against their predictions, added to every admission bound (0 when on time or stale).", []string{"model"}, nil)
+	descAdmitBackoffs = prometheus.NewDesc("ttft_gateway_admission_backoffs_total", "Times the route's admitted requests were shown missing their SLO more than 1% of the time and the SLO share was cut.", []string{"model"}, nil)
+	descAdmitRelaxes  = prometheus.NewDesc("ttft_gateway_admission_relaxes_total", "Times the route's admitted requests were shown within their SLO and the SLO share was raised.", []string{"model"}, nil)
+	descLearntCap     = prometheus.NewDesc("ttft_gateway_backend_cache_capacity_blocks", "Prefix-cache capacity the scheduler believes the backend holds, in prefix-index blocks; only policies that route by TTFT predictions learn it.", []string{"backend"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descRestarts, descLearntCap} {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descRestarts, descLearntCap, descAdmitShare, descAdmitLate, descAdmitBackoffs, descAdmitRelaxes} {
 		ch <- d
 	}
 }
@@ -171,5 +178,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if c := b.CacheCapacity(); c > 0 {
 			ch <- prometheus.MustNewConstMetric(descLearntCap, prometheus.GaugeValue, float64(c), n)
 		}
+	}
+	for _, r := range st.sched.AdmissionRoutes() {
+		ch <- prometheus.MustNewConstMetric(descAdmitShare, prometheus.GaugeValue, r.Use, r.Model)
+		ch <- prometheus.MustNewConstMetric(descAdmitLate, prometheus.GaugeValue, r.Late.Seconds(), r.Model)
+		ch <- prometheus.MustNewConstMetric(descAdmitBackoffs, prometheus.CounterValue, float64(r.Backoffs), r.Model)
+		ch <- prometheus.MustNewConstMetric(descAdmitRelaxes, prometheus.CounterValue, float64(r.Relaxes), r.Model)
 	}
 }

@@ -380,6 +380,10 @@ type QueueEstimate struct {
 	Reach float64
 	// Ready: the model has seen enough TTFTs to be trusted.
 	Ready bool
+	// use is the admission loop's share of the SLO that Bound was
+	// divided by (loopState.adjust; 0: not adjusted): Wait converts
+	// Bound's excess back to the queue's time.
+	use float64
 }
 
 // estimate predicts the TTFT of a request with features feat (its own
@@ -428,6 +432,11 @@ func (e QueueEstimate) Wait(slo time.Duration) time.Duration {
 		return 0
 	}
 	over := max(e.Bound-slo, 0)
+	if e.use > 0 {
+		// Bound is (bound + lateness) / use: each request drained takes
+		// Drain off the bound, Drain / use off Bound.
+		over = time.Duration(float64(over) * e.use)
+	}
 	if e.Drain <= 0 {
 		return over
 	}

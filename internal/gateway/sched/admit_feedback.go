@@ -3,6 +3,7 @@ package sched
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -69,6 +70,10 @@ type admitLoop struct {
 	lateAt [loopLateN]time.Time
 	nl     int
 	tmp    [loopLateN]float64
+	// slo is the SLO of the last outcome, by which AdmissionRoutes
+	// judges the lateness stale; backoffs and relaxes count use's moves.
+	slo               time.Duration
+	backoffs, relaxes uint64
 }
 
 const (
@@ -165,6 +170,41 @@ func (s *Scheduler) AdmissionFeedback(model string, slo time.Duration) (use floa
 	return st.use, st.late, true
 }
 
+// AdmissionRoute is one route's admission loop, as metrics export it.
+type AdmissionRoute struct {
+	Model string
+	// Use is the share of its SLO an admitted request's bound may take.
+	Use float64
+	// Late is what every bound is raised by now, judged by the SLO of
+	// the route's last first token (0 while fewer than a majority of
+	// recent first tokens came back, or when they are stale).
+	Late time.Duration
+	// Backoffs and Relaxes count use's decreases and increases.
+	Backoffs, Relaxes uint64
+}
+
+// AdmissionRoutes is the state of every route's admission loop, in
+// model order (none while admission is open loop).
+func (s *Scheduler) AdmissionRoutes() []AdmissionRoute {
+	s.loops.mu.Lock()
+	ls := make(map[string]*admitLoop, len(s.loops.m))
+	for m, l := range s.loops.m {
+		ls[m] = l
+	}
+	s.loops.mu.Unlock()
+	now := s.opts.Now()
+	out := make([]AdmissionRoute, 0, len(ls))
+	for m, l := range ls {
+		l.mu.Lock()
+		slo, b, r := l.slo, l.backoffs, l.relaxes
+		l.mu.Unlock()
+		st := l.state(now, slo)
+		out = append(out, AdmissionRoute{Model: m, Use: st.use, Late: st.late, Backoffs: b, Relaxes: r})
+	}
+	slices.SortFunc(out, func(a, b AdmissionRoute) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}
+
 // loopState is what admission decides by at one moment.
 type loopState struct {
 	use   float64       // share of the SLO a bound may take
@@ -210,6 +250,7 @@ func (st loopState) adjust(e QueueEstimate) QueueEstimate {
 		return e
 	}
 	e.Bound = time.Duration(float64(e.Bound+st.late) / st.use)
+	e.use = st.use
 	return e
 }
 
@@ -221,6 +262,7 @@ func (st loopState) adjust(e QueueEstimate) QueueEstimate {
 func (l *admitLoop) outcome(now time.Time, a admission, ttft, slo time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.slo = slo
 	if a.mean > 0 {
 		i := l.nl % loopLateN
 		l.late[i], l.lateAt[i] = (ttft - a.mean).Seconds(), now
@@ -249,10 +291,12 @@ func (l *admitLoop) outcome(now time.Time, a admission, ttft, slo time.Duration)
 	case missed && wilsonLower(l.missW, l.nw, loopZ) > loopTarget:
 		if l.use > loopMinUse {
 			l.use = max(loopMinUse, l.use*loopBackoff)
+			l.backoffs++
 			l.next()
 		}
 	case !missed && l.use < 1 && wilsonUpper(l.miss, l.n, loopZ) < loopTarget:
 		l.use = min(1, l.use+loopRelax)
+		l.relaxes++
 		l.next()
 	}
 }

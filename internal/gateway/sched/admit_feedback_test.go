@@ -303,6 +303,12 @@ func testFeedbackSlowdown(t *testing.T, simSeed uint64) {
 		if use, _, ok := s.AdmissionFeedback("m", slo); ok == open || !open && use != out[len(out)-1].use {
 			t.Fatalf("open loop %v: AdmissionFeedback says use %v (ok %v), the last request saw %v", open, use, ok, out[len(out)-1].use)
 		}
+		// What the gateway's metrics export: one route, its use as the
+		// last request saw it, and the slowdown's back-offs counted.
+		rs := s.AdmissionRoutes()
+		if open != (len(rs) == 0) || !open && (len(rs) != 1 || rs[0].Model != "m" || rs[0].Use != out[len(out)-1].use || rs[0].Backoffs == 0) {
+			t.Fatalf("open loop %v: AdmissionRoutes %+v, the last request saw use %v", open, rs, out[len(out)-1].use)
+		}
 		var sm summary
 		end := out[len(out)-1].at
 		for _, o := range out {
@@ -419,5 +425,43 @@ func BenchmarkAdmitLoop(b *testing.B) {
 		st := l.state(now, slo)
 		ttft := time.Duration(100+i%7*20) * time.Millisecond
 		l.outcome(now, admission{loop: l, epoch: st.epoch, mean: 120 * time.Millisecond, judged: true}, ttft, slo)
+	}
+}
+
+// TestAdjustedWait: a bound the loop divided by use fits an SLO exactly
+// when the unadjusted bound fits use × SLO, and the wait it tells a
+// refused client (Retry-After) is the wait until the unadjusted bound
+// fits use × SLO — not 1/use times as long, which dividing the excess
+// by the drain time alone gave (each request drained takes Drain off the
+// bound, Drain/use off the adjusted one).
+func TestAdjustedWait(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const slo = 300 * time.Millisecond
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for i := range 5000 {
+		use := loopMinUse + (1-loopMinUse)*rng.Float64()
+		late := ms(20 * rng.Float64())
+		e := QueueEstimate{
+			Mean: ms(100 * rng.Float64()), Bound: ms(900 * rng.Float64()), Ahead: float64(rng.IntN(12)),
+			Drain: ms(1 + 60*rng.Float64()), Reach: float64(rng.IntN(12)), Ready: true,
+		}
+		if e.Ahead == 0 {
+			e.Ahead = 1 // adjust leaves a lone request's bound alone
+		}
+		adj := loopState{use: use, late: late}.adjust(e)
+		raw := e
+		raw.Bound += late
+		limit := time.Duration(use * float64(slo))
+		// Durations round to the nanosecond: compare away from the edge.
+		if d := raw.Bound - limit; d > -time.Microsecond && d < time.Microsecond {
+			continue
+		}
+		if got, want := adj.Fits(slo), raw.Fits(limit); got != want {
+			t.Fatalf("case %d: adjusted fits %v, unadjusted at use × SLO %v (%+v, use %.3f)", i, got, want, e, use)
+		}
+		got, want := adj.Wait(slo), raw.Wait(limit)
+		if got != want {
+			t.Fatalf("case %d: adjusted wait %v, unadjusted at use × SLO %v (%+v, use %.3f)", i, got, want, e, use)
+		}
 	}
 }
