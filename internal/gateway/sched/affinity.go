@@ -1,9 +1,6 @@
 package sched
 
-import (
-	"math/rand/v2"
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // SLOAffinityPickerType is the picker of the default policy.
 const SLOAffinityPickerType = "slo-affinity-picker"
@@ -52,9 +49,8 @@ func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
 // every backend's predictions fresh without giving up a cached prefix.
 type sloAffinityPicker struct {
 	explore float64
-	// rr counts picks; base is where a lone gateway's rotation starts.
-	rr   atomic.Uint64
-	base uint64
+	// rr counts picks.
+	rr atomic.Uint64
 }
 
 func newSLOAffinityPicker(ps Params) (Plugin, error) {
@@ -62,13 +58,7 @@ func newSLOAffinityPicker(ps Params) (Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A gateway that knows of no other replica starts its rotation at
-	// random: replicated gateways that all began at 0 sent their first
-	// new groups to the same backends, whose cold prefills then queued
-	// (sharedstate's replica test). Replicas that know each other
-	// stagger their rotations by rank instead (Pick). A single gateway is
-	// indifferent to where it starts.
-	return &sloAffinityPicker{explore: e, base: rand.Uint64()}, nil
+	return &sloAffinityPicker{explore: e}, nil
 }
 
 func (*sloAffinityPicker) Type() string { return SLOAffinityPickerType }
@@ -98,7 +88,15 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		r += uint64(rank * n / reps)
 		slack = replicaSlack
 	} else {
-		r += p.base
+		// A gateway that knows of no other replica starts its rotation
+		// where its seed says (Options.Seed: from the clock unless set):
+		// replicated gateways that all began at 0 sent their first new
+		// groups to the same backends, whose cold prefills then queued
+		// (sharedstate's replica test); replicas that know each other
+		// stagger by rank instead (above). A seeded gateway places a
+		// run's new groups alike every time, as its other random
+		// choices are, so that runs given the same seed compare.
+		r += chain(cy.s.opts.Seed, 0) // mixed: consecutive seeds start apart
 	}
 	off := int(r % uint64(n))
 	aff, fastest, meets := off, off, 0

@@ -75,6 +75,38 @@ func TestSLOAffinitySpreadsNewGroups(t *testing.T) {
 	}
 }
 
+// A seeded gateway places new groups alike every time it is given the
+// same seed (the live evaluation compares policies on same-seed runs),
+// and different seeds start the rotation at different backends.
+func TestSLOAffinitySeededRotation(t *testing.T) {
+	place := func(seed uint64) string {
+		s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: seed, Explore: -1}, backends("a", "b", "c", "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for g := range 6 {
+			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: blocksOf(strings.Repeat(fmt.Sprint("group ", g, " "), 200)), SLO: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, tk.Backend.Name())
+		}
+		return strings.Join(out, "")
+	}
+	firsts := map[byte]bool{}
+	for seed := uint64(1); seed <= 16; seed++ {
+		p := place(seed)
+		if q := place(seed); p != q {
+			t.Fatalf("seed %d placed new groups %s, then %s", seed, p, q)
+		}
+		firsts[p[0]] = true
+	}
+	if len(firsts) < 3 {
+		t.Errorf("16 seeds put the first new group on %d of 4 backends", len(firsts))
+	}
+}
+
 // slotObserver is a replica's SharedObserver that only knows its slot.
 type slotObserver struct{ rank, n int }
 
