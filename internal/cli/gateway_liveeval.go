@@ -2,14 +2,17 @@ package cli
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ttft-dev/ttft/internal/gateway"
 	"github.com/ttft-dev/ttft/internal/gateway/liveeval"
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/rundir"
 )
 
 // newGatewayLiveEvalCmd is "ttft gateway live-eval": every policy on live
@@ -24,6 +27,7 @@ func newGatewayLiveEvalCmd(env *Env) *cobra.Command {
 		admission        bool
 		predictor        bool
 		ollama           string
+		out, report      string
 	)
 	cmd := &cobra.Command{
 		Use:   "live-eval",
@@ -39,9 +43,30 @@ single-signal policy, at most 1/3 of round-robin's).
 With --ollama PATH it runs the real-engine fleets instead (or beside the
 fleets --fleets names): ollama serve instances on the CPU, each serving a
 generated model with a small prompt cache, started once per fleet and
-reset (model unloaded and reloaded, caches empty) before every run.`,
+reset (model unloaded and reloaded, caches empty) before every run.
+
+Every run is written to the results directory as soon as it finishes
+(--out; default a new directory under the ttft data directory, printed at
+the start): suite.json, then runs/NNNN-FLEET-POLICY-seedN.json with the
+run's figures and every scored request's TTFT. --report DIR prints the
+tables again from such a directory without running anything.
+
+The last table, which decides, pools each policy's requests over the seeds
+(the seeds replay the same requests for every policy) and gives each ratio
+a 90% paired bootstrap interval (seeds, then their requests, resampled
+alike for both policies; seeded, so reproducible): a target is met when
+the whole interval is within it, not met when wholly beyond, otherwise
+undecided (docs/routing-evaluation.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if report != "" {
+				for _, n := range []string{"fleets", "policies", "seeds", "requests", "admission", "predictor", "ollama", "out"} {
+					if cmd.Flags().Changed(n) {
+						return usageErr("live-eval: --report prints a finished directory's tables; --%s is for a new suite", n)
+					}
+				}
+				return liveEvalReport(env, report)
+			}
 			all := liveeval.Fleets()
 			opt := liveeval.Options{Policies: sched.Policies()}
 			switch {
@@ -118,26 +143,30 @@ reset (model unloaded and reloaded, caches empty) before every run.`,
 					}
 				}
 			}
-			rs, err := liveeval.Run(cmd.Context(), opt)
+			mode := liveeval.ModePolicies
+			switch {
+			case admission:
+				mode = liveeval.ModeAdmission
+			case predictor:
+				mode = liveeval.ModePredictor
+			}
+			if out == "" {
+				out = filepath.Join(dataDir(env), "live-eval", newRunID(time.Now()))
+			}
+			st, err := liveeval.CreateStore(out, liveeval.NewSuite(opt, mode, sched.SLOPredictive, version(), rundir.RedactArgs(env.Args)))
 			if err != nil {
-				return failErr("live-eval: %v", err)
+				return usageErr("live-eval: --out: %v", err)
 			}
-			sums := liveeval.Summarize(rs)
-			if admission {
-				liveeval.FormatAdmission(env.Stdout, sums)
-				return nil
+			opt.Store = st
+			fmt.Fprintf(env.Stderr, "live-eval: writing results to %s (ttft gateway live-eval --report %s prints them again)\n", out, out)
+			rs, err := liveeval.Run(cmd.Context(), opt)
+			if ferr := st.Finish(err); ferr != nil {
+				fmt.Fprintf(env.Stderr, "live-eval: %v\n", ferr)
 			}
-			liveeval.Format(env.Stdout, sums)
-			fmt.Fprintln(env.Stdout)
-			if cs := liveeval.CompareEPP(sums); len(cs) > 0 {
-				liveeval.FormatEPP(env.Stdout, cs)
-				fmt.Fprintln(env.Stdout)
+			if err != nil {
+				return failErr("live-eval: %v (the %d runs that finished are in %s)", err, len(rs), out)
 			}
-			if predictor {
-				liveeval.FormatMAPE(env.Stdout, rs)
-				return nil
-			}
-			liveeval.FormatVerdicts(env.Stdout, liveeval.Check(sums, opt.Fleets, sched.SLOPredictive), sched.SLOPredictive)
+			printLiveEval(env, mode, sched.SLOPredictive, rs, opt.Fleets)
 			return nil
 		},
 	}
@@ -150,5 +179,54 @@ reset (model unloaded and reloaded, caches empty) before every run.`,
 	f.BoolVar(&predictor, "predictor", false, "compare the default TTFT predictor with the switching one (linear / gradient-boosted trees) on volatile fleets: MAPE side by side and routing")
 	f.StringVar(&ollama, "ollama", "", "ollama binary: run the real-engine fleets ("+strings.Join(liveeval.OllamaFleetNames(), ", ")+"; only those unless --fleets names others)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print each run's result on stderr as it finishes")
+	f.StringVarP(&out, "out", "o", "", "results directory, written run by run (default: a new directory under the ttft data directory's live-eval/); one that holds a suite is refused")
+	f.StringVar(&report, "report", "", "print the tables of the results directory `DIR` (a suite's --out) without running anything")
 	return cmd
+}
+
+// printLiveEval writes a suite's tables: the admission comparison, or the
+// per-policy table, the Endpoint Picker comparison where it ran, then the
+// predictors' errors or the verdicts on the targets (medians of the
+// seeds, then the seeds pooled with their intervals).
+func printLiveEval(env *Env, mode, def string, rs []liveeval.Result, fleets []liveeval.Fleet) {
+	sums := liveeval.Summarize(rs)
+	if mode == liveeval.ModeAdmission {
+		liveeval.FormatAdmission(env.Stdout, sums)
+		return
+	}
+	liveeval.Format(env.Stdout, sums)
+	fmt.Fprintln(env.Stdout)
+	if cs := liveeval.CompareEPP(sums); len(cs) > 0 {
+		liveeval.FormatEPP(env.Stdout, cs)
+		fmt.Fprintln(env.Stdout)
+	}
+	if mode == liveeval.ModePredictor {
+		liveeval.FormatMAPE(env.Stdout, rs)
+		return
+	}
+	liveeval.FormatVerdicts(env.Stdout, liveeval.Check(sums, fleets, def), def)
+	fmt.Fprintln(env.Stdout)
+	var boot liveeval.Bootstrap
+	liveeval.FormatPooledVerdicts(env.Stdout, liveeval.CheckPooled(rs, fleets, def, boot), def, boot)
+}
+
+// liveEvalReport prints the tables of a results directory: a run file
+// that cannot be read is named and left out, the rest still report.
+func liveEvalReport(env *Env, dir string) error {
+	suite, rs, warns, err := liveeval.ReadDir(dir)
+	for _, w := range warns {
+		fmt.Fprintf(env.Stderr, "live-eval: warning: left out: %v\n", w)
+	}
+	if err != nil {
+		return usageErr("live-eval: --report: %v", err)
+	}
+	if suite.Status != "complete" {
+		fmt.Fprintf(env.Stderr, "live-eval: suite %s (%d runs on disk of %d planned)\n", suite.Status, len(rs), len(suite.Fleets)*len(suite.Policies)*len(suite.Seeds))
+	}
+	def := suite.DefaultPolicy
+	if def == "" {
+		def = sched.SLOPredictive
+	}
+	printLiveEval(env, suite.Mode, def, rs, suite.ReportFleets())
+	return nil
 }

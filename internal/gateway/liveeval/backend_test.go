@@ -95,7 +95,13 @@ func TestBackendSideFigures(t *testing.T) {
 		if r.BackendMean < cost || r.BackendMean > cost+10*time.Millisecond || r.BackendP95 < cost {
 			t.Errorf("%s: backend-side mean %v, P95 %v; want the stand-ins' fixed %v (mean within 10 ms over)", r.Policy, r.BackendMean, r.BackendP95, cost)
 		}
-		if r.Mean < r.BackendMean || r.P99 < r.BackendP99 {
+		// A stand-in stamps its first token after the write returns, and a
+		// client scheduled first can read it before that stamp: under CPU
+		// contention one request's client TTFT came out 43 µs under its
+		// backend's. A millisecond of slack still catches a clock or a
+		// pairing mistake (those are off by the request's whole TTFT).
+		const stampSlack = time.Millisecond
+		if r.Mean+stampSlack < r.BackendMean || r.P99+stampSlack < r.BackendP99 {
 			t.Errorf("%s: client-side mean %v, P99 %v under the backend-side %v, %v", r.Policy, r.Mean, r.P99, r.BackendMean, r.BackendP99)
 		}
 		if r.BackendAttainment != 1 {

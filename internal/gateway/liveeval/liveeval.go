@@ -77,6 +77,26 @@ type Result struct {
 	BackendMean, BackendP95, BackendP99 time.Duration
 	BackendQueued                       time.Duration
 	BackendAttainment                   float64
+	// Requests are the scored requests one by one, in the order they
+	// finished (bench's records): what the figures above summarise,
+	// kept so that a report can pool seeds (and be recomputed from
+	// disk). The run file stores them in a format of its own (store.go),
+	// not by this tag.
+	Requests []Scored `json:"-"`
+}
+
+// Scored is one scored request of a run.
+type Scored struct {
+	// ID is the request's X-Request-Id ("le-INDEX").
+	ID string
+	// TTFT is the client-side TTFT as judged (bench's JudgedTTFTMs); 0
+	// when the request failed.
+	TTFT time.Duration
+	// Status is the HTTP status the client got (0: no response).
+	Status int
+	// BackendTTFT is the stand-in's own measure of the request (0: no
+	// stand-in recorded it; real engines and the simulator record none).
+	BackendTTFT time.Duration
 }
 
 // SplitPolicy splits a run's policy "name[+admission][+predictor]"
@@ -348,10 +368,12 @@ func score(res bench.Result, slo time.Duration) Result {
 			if rec.Status == http.StatusTooManyRequests {
 				out.Rejected++
 			}
+			out.Requests = append(out.Requests, Scored{ID: rec.ID, Status: rec.Status})
 			continue
 		}
 		ms := rec.JudgedTTFTMs()
 		xs = append(xs, ms/1000)
+		out.Requests = append(out.Requests, Scored{ID: rec.ID, Status: rec.Status, TTFT: time.Duration(ms * float64(time.Millisecond))})
 		if time.Duration(ms*float64(time.Millisecond)) <= slo {
 			met++
 		}
@@ -393,6 +415,10 @@ func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time
 			by[s.ID] = s
 		}
 	}
+	at := make(map[string]int, len(r.Requests))
+	for j, q := range r.Requests {
+		at[q.ID] = j
+	}
 	var xs []float64
 	var queued time.Duration
 	met := 0
@@ -404,6 +430,9 @@ func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time
 		s, ok := by[rec.ID]
 		if !ok {
 			continue
+		}
+		if j, ok := at[rec.ID]; ok {
+			r.Requests[j].BackendTTFT = s.TTFT
 		}
 		xs = append(xs, s.TTFT.Seconds())
 		queued += s.Queued

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestLiveEvalResultsOnDisk: a suite writes every run to its results
+// directory (by default a new one under the data directory, named on
+// stderr at the start), and --report prints from it exactly the tables
+// the suite printed; a damaged run file is named and left out, a missing
+// suite.json is an error naming it.
+func TestLiveEvalResultsOnDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live runs")
+	}
+	code, stdout, stderr := runCLI(t, "gateway", "live-eval", "--fleets", "two", "--policies", "round-robin,prefix-affinity,slo-predictive",
+		"--seeds", "2", "--requests", "40")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`writing results to (\S+)`).FindStringSubmatch(stderr)
+	if m == nil || !strings.Contains(m[1], filepath.Join(".local", "share", "ttft", "live-eval")) {
+		t.Fatalf("no results directory under the data directory on stderr:\n%s", stderr)
+	}
+	dir := m[1]
+	runs, err := filepath.Glob(filepath.Join(dir, "runs", "*.json"))
+	if err != nil || len(runs) != 6 {
+		t.Fatalf("%d run files (%v), want 6", len(runs), err)
+	}
+	for _, want := range []string{"pooled P99 ms", "90% CI", "verdict"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %q in the tables:\n%s", want, stdout)
+		}
+	}
+
+	code, again, errs := runCLI(t, "gateway", "live-eval", "--report", dir)
+	if code != 0 || again != stdout {
+		t.Fatalf("--report: exit %d, stderr %s\nprinted:\n%s\nthe suite printed:\n%s", code, errs, again, stdout)
+	}
+
+	if err := os.WriteFile(runs[1], []byte(`{"schema": "ttft.live-eval.run/v1", "seq": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, part, errs := runCLI(t, "gateway", "live-eval", "--report", dir)
+	if code != 0 || !strings.Contains(errs, filepath.Base(runs[1])) || !strings.Contains(part, "| two ") {
+		t.Errorf("one damaged run: exit %d\nstdout:\n%s\nstderr:\n%s", code, part, errs)
+	}
+
+	// The directory holds a suite: a new one is refused before it runs.
+	code, _, errs = runCLI(t, "gateway", "live-eval", "--fleets", "two", "--seeds", "1", "--out", dir)
+	if code != ExitUsage || !strings.Contains(errs, "holds a suite") {
+		t.Errorf("--out onto a suite: exit %d, stderr %s", code, errs)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "suite.json")); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runCLI(t, "gateway", "live-eval", "--report", dir)
+	if code != ExitUsage || !strings.Contains(errs, filepath.Join(dir, "suite.json")) {
+		t.Errorf("no suite.json: exit %d, stderr %s", code, errs)
+	}
+}
+
+// --report reads a finished directory: flags that shape a new suite are a
+// usage error beside it.
+func TestLiveEvalReportFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--report", "x", "--seeds", "2"},
+		{"--report", "x", "--out", "y"},
+		{"--report", "x", "--fleets", "two"},
+	} {
+		code, _, errs := runCLI(t, append([]string{"gateway", "live-eval"}, args...)...)
+		if code != ExitUsage || !strings.Contains(errs, "--report") {
+			t.Errorf("%v: exit %d, stderr %s", args, code, errs)
+		}
+	}
+}
