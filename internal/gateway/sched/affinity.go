@@ -39,8 +39,9 @@ func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
 // and still moves work off a backend that has become slow or congested.
 //
 // The affinity backend is the one with the highest affinity score (ties:
-// the least loaded, in turn). New prompt groups are thereby spread by
-// load, as prefix affinity spreads them: placing them by predicted
+// the least loaded, then for a new group the one whose index holds
+// least, then the faster; in turn). New prompt groups are thereby spread
+// by load and footprint, not by speed: placing them by predicted
 // latency piled them onto the fast backends, whose caches then held more
 // groups than fit (a cost no prediction of this request's TTFT sees). A
 // share explore of the requests whose prefix is cached nowhere go to a
@@ -107,7 +108,7 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		}
 		c := &cands[i]
 		cy.Predict(c)
-		if scores[i] > scores[aff] || (scores[i] == scores[aff] && load(c.b)+slack < load(cands[aff].b)) {
+		if scores[i] > scores[aff] || (scores[i] == scores[aff] && tiedBetter(c, &cands[aff], scores[i] == 0 && slack == 0, slack)) {
 			aff = i
 		}
 		if cy.MeetProbability(c) >= meetThreshold {
@@ -167,6 +168,40 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		}
 	}
 	return to, ReasonHeadroom
+}
+
+// tiedBetter reports whether c makes a better affinity backend than b,
+// the current one, tied with it on the prefix score: less loaded (by
+// more than slack); then, for a new prompt group (spread), equally
+// loaded and holding fewer blocks in its prefix index; then, holding as
+// many, predicted faster. The scan's rotation breaks what remains tied.
+//
+// By load alone, where new groups went at a cold start (every backend
+// idle) was the rotation's position when each arrived, so how many each
+// backend held was left to chance; on Ollama instances of four cache
+// slots, one holding more groups evicts them from its slots, and a slow
+// one then pays full prefills over the SLO (docs/routing-evaluation.md,
+// fleet ollama-three). Counting what each index holds keeps the
+// groups' footprints even, which is what caches of one size need; the
+// speed only decides between backends holding as much, so that the odd
+// group goes to a faster one. Weighting the count by speed instead —
+// twice the groups on a backend twice as fast — overfilled the fast
+// backends' small caches (the stand-in fleet small-cache). Replicas do
+// not use it (spread is false): their indexes converge (sharedstate), and
+// simultaneous new groups would all go to the same backend instead of
+// staggering by rank.
+func tiedBetter(c, b *Candidate, spread bool, slack float64) bool {
+	lc, lb := load(c.b), load(b.b)
+	if lc+slack < lb {
+		return true
+	}
+	if !spread || lc != lb {
+		return false
+	}
+	if nc, nb := c.b.prefix.Len(), b.b.prefix.Len(); nc != nb {
+		return nc < nb
+	}
+	return c.pred.Mean < b.pred.Mean
 }
 
 // better orders candidates for a spill: the higher probability of

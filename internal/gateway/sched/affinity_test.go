@@ -75,6 +75,42 @@ func TestSLOAffinitySpreadsNewGroups(t *testing.T) {
 	}
 }
 
+// New prompt groups on idle backends go where the prefix index holds
+// least, and between backends holding as much to the faster: the
+// groups' footprints stay even, and the odd one lands on a fast backend.
+func TestSLOAffinityNewGroupFootprint(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ { // whatever the rotation's start
+		bs := backends("fast1", "fast2", "slow")
+		rng := rand.New(rand.NewPCG(seed, 3))
+		train(bs[0], 200, 0.02, 2e-5, rng)
+		train(bs[1], 200, 0.02, 2e-5, rng)
+		train(bs[2], 200, 0.03, 3e-5, rng) // slower, not spillSlower times
+		group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("group ", g, " "), 200)) }
+		bs[0].Prefix().Insert(group(100))
+		bs[0].Prefix().Insert(group(101))
+		bs[2].Prefix().Insert(group(102))
+		s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: seed, Explore: -1}, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// In index blocks: fast1 62 (two groups), slow 31, fast2 0; a new
+		// group is 25. So fast2 (0), fast2 (25 < 31), slow (31 < 50),
+		// fast2 (50 < 56 and 62).
+		var got []string
+		for g := range 4 {
+			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: group(g), SLO: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, tk.Backend.Name())
+			tk.End(OutcomeOK) // idle again: load ties
+		}
+		if g := strings.Join(got, " "); g != "fast2 fast2 slow fast2" {
+			t.Errorf("seed %d: four new groups went to %s; want fast2 fast2 slow fast2", seed, g)
+		}
+	}
+}
+
 // A seeded gateway places new groups alike every time it is given the
 // same seed (the live evaluation compares policies on same-seed runs),
 // and different seeds start the rotation at different backends.
