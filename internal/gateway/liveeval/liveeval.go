@@ -97,6 +97,12 @@ type Scored struct {
 	// BackendTTFT is the stand-in's own measure of the request (0: no
 	// stand-in recorded it; real engines and the simulator record none).
 	BackendTTFT time.Duration
+	// Where a stand-in served it: its name, the wait for one of its
+	// slots, and how many of the prompt's characters its cache held —
+	// what a tail is made of (a queue, or a miss, and where).
+	Backend               string
+	BackendQueued         time.Duration
+	PromptChars, HitChars int
 }
 
 // SplitPolicy splits a run's policy "name[+admission][+predictor]"
@@ -432,7 +438,9 @@ func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time
 			continue
 		}
 		if j, ok := at[rec.ID]; ok {
-			r.Requests[j].BackendTTFT = s.TTFT
+			q := &r.Requests[j]
+			q.BackendTTFT, q.Backend, q.BackendQueued = s.TTFT, s.Backend, s.Queued
+			q.PromptChars, q.HitChars = s.PromptChars, s.HitChars
 		}
 		xs = append(xs, s.TTFT.Seconds())
 		queued += s.Queued

@@ -110,8 +110,9 @@ type RunFile struct {
 	// number, such as the cache hit rate of a simulator fleet).
 	Result resultJSON `json:"result"`
 	// Scored is every scored request in the order finished: its ID, the
-	// client-side TTFT in ms (null when it failed), the HTTP status and
-	// the backend-side TTFT in ms where a stand-in recorded it.
+	// client-side TTFT in ms (null when it failed), the HTTP status and,
+	// where a stand-in recorded it, the backend-side TTFT in ms, which
+	// stand-in served it, its wait for a slot and its cache hit.
 	Scored []ScoredJSON `json:"scored"`
 }
 
@@ -121,6 +122,10 @@ type ScoredJSON struct {
 	TTFTMs        *float64 `json:"ttft_ms"`
 	Status        int      `json:"status,omitempty"`
 	BackendTTFTMs *float64 `json:"backend_ttft_ms,omitempty"`
+	Backend       string   `json:"backend,omitempty"`
+	QueuedMs      *float64 `json:"backend_queued_ms,omitempty"`
+	PromptChars   int      `json:"prompt_chars,omitempty"`
+	HitChars      int      `json:"hit_chars,omitempty"`
 }
 
 // nfloat is a float64 that is written null when it is not a finite
@@ -213,7 +218,12 @@ func NewRunFile(seq int, version string, r Result, m RunMeta) RunFile {
 		ToolVersion: version, Started: m.Started, Finished: m.Ended, LoadAvgStart: m.LoadStart, LoadAvgEnd: m.LoadEnd,
 		Result: toJSON(r), Scored: make([]ScoredJSON, 0, len(r.Requests))}
 	for _, q := range r.Requests {
-		f.Scored = append(f.Scored, ScoredJSON{ID: q.ID, TTFTMs: msPtr(q.TTFT), Status: q.Status, BackendTTFTMs: msPtr(q.BackendTTFT)})
+		sj := ScoredJSON{ID: q.ID, TTFTMs: msPtr(q.TTFT), Status: q.Status, BackendTTFTMs: msPtr(q.BackendTTFT),
+			Backend: q.Backend, PromptChars: q.PromptChars, HitChars: q.HitChars}
+		if q.Backend != "" {
+			sj.QueuedMs = msPtr(q.BackendQueued)
+		}
+		f.Scored = append(f.Scored, sj)
 	}
 	return f
 }
@@ -223,7 +233,8 @@ func (f RunFile) ResultOf() Result {
 	r := f.Result.result()
 	r.Requests = nil
 	for _, q := range f.Scored {
-		r.Requests = append(r.Requests, Scored{ID: q.ID, TTFT: durOf(q.TTFTMs), Status: q.Status, BackendTTFT: durOf(q.BackendTTFTMs)})
+		r.Requests = append(r.Requests, Scored{ID: q.ID, TTFT: durOf(q.TTFTMs), Status: q.Status, BackendTTFT: durOf(q.BackendTTFTMs),
+			Backend: q.Backend, BackendQueued: durOf(q.QueuedMs), PromptChars: q.PromptChars, HitChars: q.HitChars})
 	}
 	return r
 }

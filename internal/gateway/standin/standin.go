@@ -94,6 +94,8 @@ type Served struct {
 	// PromptChars and HitChars: the prompt's length and how much of it
 	// the prefix cache held.
 	PromptChars, HitChars int
+	// Backend is the stand-in's Config.Name.
+	Backend string
 }
 
 // HitRate is the share of prompt characters served from the cache.
@@ -197,7 +199,7 @@ func (s *Server) record(id string, arrived, slot time.Time, prompt, hit int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served = append(s.served, Served{ID: id, Arrived: arrived, Queued: slot.Sub(arrived), TTFT: now.Sub(arrived),
-		PromptChars: prompt, HitChars: hit})
+		PromptChars: prompt, HitChars: hit, Backend: s.cfg.Name})
 }
 
 // factor is the cost multiplier now: drift over speed.
