@@ -144,30 +144,39 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	a, f := &cands[aff], &cands[fastest]
 	slower := f.pred.Ready && a.pred.Ready && float64(a.pred.Mean) > spillSlower*float64(f.pred.Mean)
 	if (a.meetP >= spillBelow && !slower) || f.meetP < meetThreshold {
-		switch {
-		case scores[aff] > 0:
-			return aff, ReasonPrefixHit
-		case cands[aff].meetP >= meetThreshold:
-			return aff, ReasonHeadroom
-		}
-		return aff, ReasonNoHeadroom
+		return aff, stayReason(a, scores[aff])
 	}
 	// Spill to the backend predicted to meet the SLO (and, when leaving
 	// a slow home, at least spillSlower times faster) that holds the most
 	// of the prompt, then the fastest: a group that spills again goes
 	// back to its second home instead of evicting a third backend's
-	// prefixes.
-	to := fastest
+	// prefixes. Only within the destination's reach (withinReach): a
+	// prediction for a queue deeper than any it was shown does not count.
+	to := -1
 	for i := range cands {
 		c := &cands[i]
-		if i == aff || c.meetP < meetThreshold || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) {
+		if i == aff || c.meetP < meetThreshold || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
 			continue
 		}
-		if t := &cands[to]; scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < t.pred.Mean) {
+		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < cands[to].pred.Mean) {
 			to = i
 		}
 	}
-	return to, ReasonHeadroom
+	if to >= 0 {
+		return to, ReasonHeadroom
+	}
+	return aff, stayReason(a, scores[aff])
+}
+
+// stayReason is why a request stays on its affinity backend a.
+func stayReason(a *Candidate, score float64) string {
+	switch {
+	case score > 0:
+		return ReasonPrefixHit
+	case a.meetP >= meetThreshold:
+		return ReasonHeadroom
+	}
+	return ReasonNoHeadroom
 }
 
 // tiedBetter reports whether c makes a better affinity backend than b,

@@ -54,6 +54,52 @@ func TestSLOAffinityPicker(t *testing.T) {
 	}
 }
 
+// A spill goes no further back in a destination's queue than one past
+// the deepest queue the destination has returned a first token from: a
+// prediction for a deeper queue extrapolates what it was never shown.
+func TestSLOAffinitySpillWithinReach(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	for _, tt := range []struct {
+		name            string
+		inFlight, reach int64
+		want, reason    string
+	}{
+		{"idle destination", 0, 0, "other", ReasonHeadroom},
+		{"one past its reach", 1, 0, "other", ReasonHeadroom},
+		{"beyond its reach: stays", 3, 0, "home", ReasonPrefixHit},
+		{"a queue it has served from", 3, 2, "other", ReasonHeadroom},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			train(bs[0], 200, 0.2, 2e-4, rng) // a much slower home
+			train(bs[1], 200, 0.02, 2e-5, rng)
+			bs[0].Prefix().Insert(prompt)
+			bs[1].inFlight.Store(tt.inFlight)
+			bs[1].noteReach(tt.reach)
+			s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: 1, Explore: -1}, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s), want %s (%s)", tk.Backend.Name(), tk.Reason, tt.want, tt.reason)
+			}
+		})
+	}
+	// A first token from behind k requests extends the reach to k.
+	b := backends("x")[0]
+	for _, k := range []int64{2, 1, 5, 3} {
+		b.noteReach(k)
+	}
+	if r := b.reach.Load(); r != 5 {
+		t.Errorf("reach %d after first tokens from behind 2, 1, 5, 3; want 5", r)
+	}
+}
+
 // New prompt groups on a cold fleet (no prefix anywhere, one prior
 // prediction for all) go to the backends in turn, not all to the first.
 func TestSLOAffinitySpreadsNewGroups(t *testing.T) {

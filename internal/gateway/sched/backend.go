@@ -58,6 +58,10 @@ type Backend struct {
 	// remoteInFlight: other gateway replicas' requests in flight here, as
 	// they last published them (shared.go); 0 without shared state.
 	remoteInFlight atomic.Int64
+	// reach is the most requests of this gateway's that were in flight
+	// ahead of one whose first token came back: how deep a queue the
+	// backend's predictions have been shown (withinReach).
+	reach atomic.Int64
 
 	prefix *PrefixIndex
 	caps   *capacityModel
@@ -246,3 +250,26 @@ func (b *Backend) features(promptTokens, uncached int) Features {
 		KVUsage:        math.Float64frombits(b.kvUsage.Load()),
 	}
 }
+
+// noteReach records that a first token came back from behind ahead
+// requests.
+func (b *Backend) noteReach(ahead int64) {
+	for {
+		r := b.reach.Load()
+		if ahead <= r || b.reach.CompareAndSwap(r, ahead) {
+			return
+		}
+	}
+}
+
+// withinReach reports whether a request sent now would wait behind no
+// more requests than one past the deepest queue the backend has returned
+// a first token from. Beyond it a TTFT prediction extrapolates the queue:
+// a backend the fleet seldom used (a slow one) has predictions fitted at
+// queues of zero or one, which price a queue at nearly nothing, so every
+// request spilling to it looked as fast as the first until the first
+// TTFTs came back — by then two dozen were queued there (fleet eight:
+// P99 over 500 ms in about one run in ten). The queue it may be given
+// grows by one as each deeper first token returns, as admission's bound
+// does (queueBound.reach).
+func (b *Backend) withinReach() bool { return b.inFlight.Load() <= b.reach.Load()+1 }

@@ -386,6 +386,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 		t.Backend.caps.observe(t.capWork, ttft.Seconds())
 	}
 	t.Backend.preds.observeAt(t.start, t.feat, ttft.Seconds())
+	t.Backend.noteReach(int64(t.feat.InFlight))
 	if t.SLO > 0 {
 		if met := ttft <= t.SLO; met || t.sloVerdict() {
 			t.Backend.reportSLO(now, met, t.probe)
