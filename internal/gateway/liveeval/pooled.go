@@ -1,6 +1,7 @@
 package liveeval
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -96,15 +97,7 @@ func newPool(seeds [][]float64, l slots) pool {
 			}
 		}
 	}
-	slices.SortFunc(all, func(a, b v) int {
-		switch {
-		case a.x < b.x:
-			return -1
-		case a.x > b.x:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, func(a, b v) int { return cmp.Compare(a.x, b.x) }) // no NaN left
 	p := pool{xs: make([]float64, len(all)), slot: make([]int, len(all))}
 	for i, e := range all {
 		p.xs[i], p.slot[i] = e.x, e.slot
