@@ -103,6 +103,8 @@ type Scored struct {
 	Backend               string
 	BackendQueued         time.Duration
 	PromptChars, HitChars int
+	// Group is the request's prompt group (its shared prefix).
+	Group string
 }
 
 // SplitPolicy splits a run's policy "name[+admission][+predictor]"
@@ -440,7 +442,7 @@ func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time
 		if j, ok := at[rec.ID]; ok {
 			q := &r.Requests[j]
 			q.BackendTTFT, q.Backend, q.BackendQueued = s.TTFT, s.Backend, s.Queued
-			q.PromptChars, q.HitChars = s.PromptChars, s.HitChars
+			q.PromptChars, q.HitChars, q.Group = s.PromptChars, s.HitChars, rec.Group
 		}
 		xs = append(xs, s.TTFT.Seconds())
 		queued += s.Queued

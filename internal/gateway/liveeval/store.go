@@ -126,6 +126,7 @@ type ScoredJSON struct {
 	QueuedMs      *float64 `json:"backend_queued_ms,omitempty"`
 	PromptChars   int      `json:"prompt_chars,omitempty"`
 	HitChars      int      `json:"hit_chars,omitempty"`
+	Group         string   `json:"group,omitempty"`
 }
 
 // nfloat is a float64 that is written null when it is not a finite
@@ -219,7 +220,7 @@ func NewRunFile(seq int, version string, r Result, m RunMeta) RunFile {
 		Result: toJSON(r), Scored: make([]ScoredJSON, 0, len(r.Requests))}
 	for _, q := range r.Requests {
 		sj := ScoredJSON{ID: q.ID, TTFTMs: msPtr(q.TTFT), Status: q.Status, BackendTTFTMs: msPtr(q.BackendTTFT),
-			Backend: q.Backend, PromptChars: q.PromptChars, HitChars: q.HitChars}
+			Backend: q.Backend, PromptChars: q.PromptChars, HitChars: q.HitChars, Group: q.Group}
 		if q.Backend != "" {
 			sj.QueuedMs = msPtr(q.BackendQueued)
 		}
@@ -234,7 +235,7 @@ func (f RunFile) ResultOf() Result {
 	r.Requests = nil
 	for _, q := range f.Scored {
 		r.Requests = append(r.Requests, Scored{ID: q.ID, TTFT: durOf(q.TTFTMs), Status: q.Status, BackendTTFT: durOf(q.BackendTTFTMs),
-			Backend: q.Backend, BackendQueued: durOf(q.QueuedMs), PromptChars: q.PromptChars, HitChars: q.HitChars})
+			Backend: q.Backend, BackendQueued: durOf(q.QueuedMs), PromptChars: q.PromptChars, HitChars: q.HitChars, Group: q.Group})
 	}
 	return r
 }

@@ -26,7 +26,7 @@ func fullResult(t *testing.T, seed uint64) Result {
 		BackendN: 2, BackendMean: 8 * time.Millisecond, BackendP95: 20 * time.Millisecond, BackendP99: 21 * time.Millisecond,
 		BackendQueued: time.Millisecond, BackendAttainment: 0.5,
 		Requests: []Scored{
-			{ID: "le-101", TTFT: 12345678, Status: 200, BackendTTFT: 11111111, Backend: "fast", BackendQueued: 2500000, PromptChars: 4500, HitChars: 4096},
+			{ID: "le-101", TTFT: 12345678, Status: 200, BackendTTFT: 11111111, Backend: "fast", BackendQueued: 2500000, PromptChars: 4500, HitChars: 4096, Group: "C"},
 			{ID: "le-102", TTFT: 987654321, Status: 200},
 			{ID: "le-103", Status: 429},
 		},
