@@ -17,6 +17,13 @@ const spillBelow = 0.5
 // while it still meets the SLO.
 const spillSlower = 2
 
+// fillLimit is the share of a backend's cache (capacityModel.fill) that
+// the prompt groups placed there may take before it takes no more new
+// ones while a backend of about its speed has room (tiedBetter): the
+// rest of the cache holds the prompts' unique parts, which evict the
+// groups' prefixes between two uses of each.
+const fillLimit = 0.8
+
 // replicaSlack: see Pick.
 const replicaSlack = 1
 
@@ -39,9 +46,10 @@ func init() { Register(SLOAffinityPickerType, newSLOAffinityPicker) }
 // and still moves work off a backend that has become slow or congested.
 //
 // The affinity backend is the one with the highest affinity score (ties:
-// the least loaded, then for a new group the one whose index holds
-// least, then the faster; in turn). New prompt groups are thereby spread
-// by load and footprint, not by speed: placing them by predicted
+// for a new group one whose cache has room for it; the least loaded;
+// then for a new group the one whose index holds least; then the
+// faster; in turn: tiedBetter). New prompt groups are thereby spread by
+// room, load and footprint, not by speed: placing them by predicted
 // latency piled them onto the fast backends, whose caches then held more
 // groups than fit (a cost no prediction of this request's TTFT sees). A
 // share explore of the requests whose prefix is cached nowhere go to a
@@ -108,7 +116,7 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		}
 		c := &cands[i]
 		cy.Predict(c)
-		if scores[i] > scores[aff] || (scores[i] == scores[aff] && tiedBetter(c, &cands[aff], scores[i] == 0 && slack == 0, slack)) {
+		if scores[i] > scores[aff] || (scores[i] == scores[aff] && tiedBetter(c, &cands[aff], scores[i] == 0 && slack == 0, slack, len(cy.req.Blocks))) {
 			aff = i
 		}
 		if cy.MeetProbability(c) >= meetThreshold {
@@ -180,10 +188,26 @@ func stayReason(a *Candidate, score float64) string {
 }
 
 // tiedBetter reports whether c makes a better affinity backend than b,
-// the current one, tied with it on the prefix score: less loaded (by
-// more than slack); then, for a new prompt group (spread), equally
-// loaded and holding fewer blocks in its prefix index; then, holding as
-// many, predicted faster. The scan's rotation breaks what remains tied.
+// the current one, tied with it on the prefix score. For a new prompt
+// group (spread), first the one whose cache the groups already placed
+// there leave room for (fill within fillLimit), or the emptier of two
+// that are full, unless one is predicted more than spillSlower times
+// slower than the other; then less loaded (by more than slack); then,
+// for a new group, equally loaded and holding fewer blocks in its prefix
+// index; then, holding as many, predicted faster. The scan's rotation
+// breaks what remains tied.
+//
+// Room first: by load, new groups went to the fast backends, which
+// drain first, until their caches held more groups than fit (five of 16
+// blocks each in 96) and every group there missed in turn, while a slow
+// backend beside them held three (the stand-in fleets two and
+// small-cache, docs/routing-evaluation.md). The fill is known only
+// where the cache's size is, from the engine's metrics or learnt
+// (capacityModel.fill); a cache of unknown size is never full, and the
+// old order stands. Not across a speed gap of more than spillSlower: a
+// backend at half speed that still has room takes a group's queue at
+// twice the cost, and a miss on a backend four times as fast costs less
+// (fleet eight).
 //
 // By load alone, where new groups went at a cold start (every backend
 // idle) was the rotation's position when each arrived, so how many each
@@ -199,7 +223,15 @@ func stayReason(a *Candidate, score float64) string {
 // not use it (spread is false): their indexes converge (sharedstate), and
 // simultaneous new groups would all go to the same backend instead of
 // staggering by rank.
-func tiedBetter(c, b *Candidate, spread bool, slack float64) bool {
+func tiedBetter(c, b *Candidate, spread bool, slack float64, blocks int) bool {
+	if spread && !fartherApart(c, b) {
+		fc, fb := c.b.caps.fill(blocks), b.b.caps.fill(blocks)
+		if okc, okb := fc <= fillLimit, fb <= fillLimit; okc != okb {
+			return okc
+		} else if !okc && fc != fb {
+			return fc < fb
+		}
+	}
 	lc, lb := load(c.b), load(b.b)
 	if lc+slack < lb {
 		return true
@@ -211,6 +243,17 @@ func tiedBetter(c, b *Candidate, spread bool, slack float64) bool {
 		return nc < nb
 	}
 	return c.pred.Mean < b.pred.Mean
+}
+
+// fartherApart reports whether one of c and b is predicted more than
+// spillSlower times slower than the other for the request (both
+// predictions ready).
+func fartherApart(c, b *Candidate) bool {
+	if !c.pred.Ready || !b.pred.Ready {
+		return false
+	}
+	mc, mb := float64(c.pred.Mean), float64(b.pred.Mean)
+	return mc > spillSlower*mb || mb > spillSlower*mc
 }
 
 // better orders candidates for a spill: the higher probability of

@@ -286,3 +286,51 @@ func TestSLOAffinityReplicaSlack(t *testing.T) {
 		})
 	}
 }
+
+// Where the engines publish their cache's size, a new prompt group goes
+// to a backend whose cache the groups already placed there leave room
+// for, even past a less loaded one whose cache they fill (fillLimit) —
+// unless the one with room is predicted more than spillSlower times
+// slower, where the load decides as before.
+func TestSLOAffinityNewGroupRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		slowBase, slowPerT float64
+		want               string
+	}{
+		{"1.5× slower", 0.03, 3e-5, "fast fast fast slow"},
+		{"3× slower", 0.06, 6e-5, "fast fast fast fast"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("fast", "slow")
+			rng := rand.New(rand.NewPCG(5, 6))
+			train(bs[0], 200, 0.02, 2e-5, rng)
+			train(bs[1], 200, tt.slowBase, tt.slowPerT, rng)
+			group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("group ", g, " "), 200)) }
+			n := len(group(0))
+			for _, b := range bs {
+				es := UnknownEngineStats()
+				es.CacheTokens = float64(4*n*DefaultBlockBytes/4) - 1 // room for three such groups within fillLimit, not four
+				b.SetEngineStats(es)
+			}
+			s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: 1, Explore: -1}, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs[1].inFlight.Add(1) // slow is busier throughout
+			var got []string
+			for g := range 4 {
+				// An SLO neither meets: no spill overrules the choice.
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: group(g), SLO: 20 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, tk.Backend.Name())
+				tk.End(OutcomeOK)
+			}
+			if g := strings.Join(got, " "); g != tt.want {
+				t.Errorf("four new groups went to %s; want %s", g, tt.want)
+			}
+		})
+	}
+}

@@ -135,6 +135,34 @@ func (m *capacityModel) insert(blocks []uint64) {
 	}
 }
 
+// insertRoot is insert for a prompt that starts a prompt group on the
+// backend (PrefixIndex.InsertRoot).
+func (m *capacityModel) insertRoot(blocks []uint64) {
+	for i := range nCap - 1 {
+		m.sets[i].InsertRoot(blocks)
+	}
+}
+
+// fill is the share of the backend's cache that the prompt groups placed
+// on it would take with one more of n blocks: their footprint in the
+// believed index (PrefixIndex.RootBlocks) over the cache's capacity in
+// blocks, the engine's KV size where it publishes one, else the learnt
+// capacity; 0 while neither is known (a cache believed to hold
+// everything the index does is never full).
+func (m *capacityModel) fill(n int) float64 {
+	a := int(m.active.Load())
+	capBlocks := 0.0
+	if t := math.Float64frombits(m.engineTokens.Load()); t > 0 {
+		capBlocks = t / float64(max(m.blockTokens.Load(), 1))
+	} else if a < nCap-1 {
+		capBlocks = float64(capacityHypotheses[a])
+	}
+	if capBlocks <= 0 {
+		return 0
+	}
+	return float64(m.sets[a].RootBlocks()+n) / capBlocks
+}
+
 // forgetCached empties every candidate's index (the full one is the
 // backend's, cleared by its owner) and the hit-rate window: the engine
 // restarted with an empty cache, and a window spanning the restart

@@ -100,11 +100,17 @@ func (h *BlockHasher) Bytes() int { return h.total }
 type PrefixIndex struct {
 	mu  sync.Mutex
 	set *lru.Set[uint64]
+	// roots are the first blocks of the prompt groups placed here
+	// (InsertRoot), each with its first prompt's size in blocks, for as
+	// long as the index holds the block; rootBlocks sums the sizes: the
+	// cache the groups living here take (their footprint).
+	roots      map[uint64]int
+	rootBlocks int
 }
 
 // NewPrefixIndex returns an index holding at most capacity block hashes.
 func NewPrefixIndex(capacity int) *PrefixIndex {
-	return &PrefixIndex{set: lru.NewSet[uint64](capacity)}
+	return &PrefixIndex{set: lru.NewSet[uint64](capacity), roots: make(map[uint64]int)}
 }
 
 // Len is the number of blocks held.
@@ -144,9 +150,46 @@ func (p *PrefixIndex) Match(hashes []uint64) int {
 func (p *PrefixIndex) Insert(hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.insert(hashes)
+}
+
+func (p *PrefixIndex) insert(hashes []uint64) {
 	for i := len(hashes) - 1; i >= 0; i-- {
-		p.set.Touch(hashes[i])
+		if ev, ok := p.set.Touch(hashes[i]); ok && len(p.roots) > 0 {
+			if n, root := p.roots[ev]; root {
+				delete(p.roots, ev)
+				p.rootBlocks -= n
+			}
+		}
 	}
+}
+
+// InsertRoot is Insert for a prompt that starts a prompt group here (none
+// of it was held): its first block becomes the group's root, counted in
+// RootBlocks with the prompt's size until the index lets the block go.
+// The first block is touched by every prompt of the group, so it stays
+// while the group is in use here and goes when the group does.
+func (p *PrefixIndex) InsertRoot(hashes []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.insert(hashes)
+	if len(hashes) == 0 {
+		return
+	}
+	if _, dup := p.roots[hashes[0]]; dup || !p.set.Contains(hashes[0]) {
+		return
+	}
+	n := min(len(hashes), p.set.Cap())
+	p.roots[hashes[0]] = n
+	p.rootBlocks += n
+}
+
+// RootBlocks is the footprint of the prompt groups placed here that the
+// index still holds: the sum of their first prompts' sizes in blocks.
+func (p *PrefixIndex) RootBlocks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rootBlocks
 }
 
 // Clear forgets everything (the backend restarted).
@@ -154,4 +197,6 @@ func (p *PrefixIndex) Clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.set.Clear()
+	clear(p.roots)
+	p.rootBlocks = 0
 }

@@ -111,3 +111,47 @@ func FuzzBlockHasher(f *testing.F) {
 		}
 	})
 }
+
+// A group's root counts in RootBlocks while the index holds its first
+// block, and goes with it: evicted (the LRU let it go) or cleared.
+func TestPrefixIndexRoots(t *testing.T) {
+	p := NewPrefixIndex(10)
+	seq := func(k, n int) []uint64 {
+		var hs []uint64
+		for i := range n {
+			hs = append(hs, uint64(k*100+i))
+		}
+		return hs
+	}
+	p.InsertRoot(seq(1, 4))
+	p.InsertRoot(seq(1, 6)) // the same group again: counted once
+	p.Insert(seq(2, 3))     // not a new group here
+	if got := p.RootBlocks(); got != 4 {
+		t.Fatalf("after one group of 4 blocks: RootBlocks %d, want 4", got)
+	}
+	p.InsertRoot(seq(3, 3))
+	if got := p.RootBlocks(); got != 7 {
+		t.Fatalf("after two groups of 4 and 3 blocks: RootBlocks %d, want 7", got)
+	}
+	// Held now, most recent first: 300-302, 200-202, 100-103. Two more
+	// blocks of group 3 evict group 1's last two; its root (block 100,
+	// touched last of its prompt) goes only when it is the least recent
+	// block left.
+	p.Insert(seq(3, 5))
+	if got := p.RootBlocks(); got != 7 || !p.set.Contains(100) {
+		t.Fatalf("group 1's first block held: RootBlocks %d, want 7", got)
+	}
+	p.Insert(seq(4, 2))
+	if got := p.RootBlocks(); got != 3 || p.set.Contains(100) {
+		t.Fatalf("group 1's first block evicted: RootBlocks %d, want 3 (group 3)", got)
+	}
+	// A prompt longer than the index counts as much as the index holds.
+	p.InsertRoot(seq(5, 30))
+	if got := p.RootBlocks(); got != 10 {
+		t.Fatalf("a 30-block group in a 10-block index: RootBlocks %d, want 10", got)
+	}
+	p.Clear()
+	if got := p.RootBlocks(); got != 0 {
+		t.Fatalf("after Clear: RootBlocks %d", got)
+	}
+}

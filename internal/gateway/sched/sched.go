@@ -309,13 +309,25 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	}
 	c.b.inFlight.Add(1)
 	c.b.queuedTokens.Add(t.uncached)
+	// A prompt the backend held none of starts a prompt group there (a
+	// new group, or one spilling to a second home): its root counts in
+	// the backend's footprint (capacityModel.fill).
+	root := c.matchDone && c.matched == 0
 	if s.profile.predictive {
 		t.caps = true
 		t.capU = c.b.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)
 		t.capWork = c.b.caps.dispatched(t.capU)
-		c.b.caps.insert(req.Blocks)
+		if root {
+			c.b.caps.insertRoot(req.Blocks)
+		} else {
+			c.b.caps.insert(req.Blocks)
+		}
 	}
-	c.b.prefix.Insert(req.Blocks)
+	if root {
+		c.b.prefix.InsertRoot(req.Blocks)
+	} else {
+		c.b.prefix.Insert(req.Blocks)
+	}
 	s.sharedInsert(c.b, req.Blocks)
 	return t, nil
 }
