@@ -28,6 +28,7 @@ func newGatewayLiveEvalCmd(env *Env) *cobra.Command {
 		predictor        bool
 		ollama           string
 		out, report      string
+		resume           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "live-eval",
@@ -49,7 +50,9 @@ Every run is written to the results directory as soon as it finishes
 (--out; default a new directory under the ttft data directory, printed at
 the start): suite.json, then runs/NNNN-FLEET-POLICY-seedN.json with the
 run's figures and every scored request's TTFT. --report DIR prints the
-tables again from such a directory without running anything.
+tables again from such a directory without running anything, and --resume
+with --out DIR and the same flags as before takes a suite that stopped up
+again: the runs on disk are kept and only the others run.
 
 The last table, which decides, pools each policy's requests over the seeds
 (the seeds replay the same requests for every policy) and gives each ratio
@@ -60,7 +63,7 @@ undecided (docs/routing-evaluation.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if report != "" {
-				for _, n := range []string{"fleets", "policies", "seeds", "requests", "admission", "predictor", "ollama", "out"} {
+				for _, n := range []string{"fleets", "policies", "seeds", "requests", "admission", "predictor", "ollama", "out", "resume"} {
 					if cmd.Flags().Changed(n) {
 						return usageErr("live-eval: --report prints a finished directory's tables; --%s is for a new suite", n)
 					}
@@ -150,12 +153,35 @@ undecided (docs/routing-evaluation.md).`,
 			case predictor:
 				mode = liveeval.ModePredictor
 			}
-			if out == "" {
-				out = filepath.Join(dataDir(env), "live-eval", newRunID(time.Now()))
-			}
-			st, err := liveeval.CreateStore(out, liveeval.NewSuite(opt, mode, sched.SLOPredictive, version(), rundir.RedactArgs(env.Args)))
-			if err != nil {
-				return usageErr("live-eval: --out: %v", err)
+			suite := liveeval.NewSuite(opt, mode, sched.SLOPredictive, version(), rundir.RedactArgs(env.Args))
+			var st *liveeval.Store
+			switch {
+			case resume:
+				if out == "" {
+					return usageErr("live-eval: --resume needs --out DIR, the directory of the suite to take up again")
+				}
+				var warns []error
+				var err error
+				st, opt.Done, warns, err = liveeval.ResumeStore(out, suite)
+				for _, w := range warns {
+					fmt.Fprintf(env.Stderr, "live-eval: warning: will run again: %v\n", w)
+				}
+				if err != nil {
+					return usageErr("live-eval: --resume: %v (it takes the flags the suite was started with)", err)
+				}
+				if v := st.Suite().ToolVersion; v != suite.ToolVersion {
+					fmt.Fprintf(env.Stderr, "live-eval: warning: the suite was started by ttft %s, this is %s\n", v, suite.ToolVersion)
+				}
+				fmt.Fprintf(env.Stderr, "live-eval: resuming %s: %d of %d runs on disk\n", out, len(opt.Done),
+					len(opt.Fleets)*len(opt.Policies)*len(opt.Seeds))
+			default:
+				if out == "" {
+					out = filepath.Join(dataDir(env), "live-eval", newRunID(time.Now()))
+				}
+				var err error
+				if st, err = liveeval.CreateStore(out, suite); err != nil {
+					return usageErr("live-eval: --out: %v (--resume takes a stopped suite up again)", err)
+				}
 			}
 			opt.Store = st
 			fmt.Fprintf(env.Stderr, "live-eval: writing results to %s (ttft gateway live-eval --report %s prints them again)\n", out, out)
@@ -181,6 +207,7 @@ undecided (docs/routing-evaluation.md).`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "print each run's result on stderr as it finishes")
 	f.StringVarP(&out, "out", "o", "", "results directory, written run by run (default: a new directory under the ttft data directory's live-eval/); one that holds a suite is refused")
 	f.StringVar(&report, "report", "", "print the tables of the results directory `DIR` (a suite's --out) without running anything")
+	f.BoolVar(&resume, "resume", false, "take up again the suite in --out that stopped part way, with the flags it was started with: runs on disk are kept, the others run")
 	return cmd
 }
 

@@ -72,10 +72,69 @@ func TestLiveEvalReportFlags(t *testing.T) {
 		{"--report", "x", "--seeds", "2"},
 		{"--report", "x", "--out", "y"},
 		{"--report", "x", "--fleets", "two"},
+		{"--report", "x", "--resume"},
 	} {
 		code, _, errs := runCLI(t, append([]string{"gateway", "live-eval"}, args...)...)
 		if code != ExitUsage || !strings.Contains(errs, "--report") {
 			t.Errorf("%v: exit %d, stderr %s", args, code, errs)
 		}
+	}
+}
+
+// TestLiveEvalResume: a suite that lost runs is taken up again with the
+// flags it was started with: the runs on disk are kept as they are, only
+// the missing one runs, and the tables cover all; other flags are refused.
+func TestLiveEvalResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live runs")
+	}
+	dir := filepath.Join(t.TempDir(), "suite")
+	args := []string{"gateway", "live-eval", "--fleets", "two", "--policies", "round-robin,slo-predictive", "--seeds", "2", "--requests", "40", "--out", dir}
+	if code, stdout, stderr := runCLI(t, args...); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	runs, err := filepath.Glob(filepath.Join(dir, "runs", "*.json"))
+	if err != nil || len(runs) != 4 {
+		t.Fatalf("%d run files (%v), want 4", len(runs), err)
+	}
+	kept := map[string][]byte{}
+	for _, p := range runs[1:] {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[p] = b
+	}
+	if err := os.Remove(runs[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	code, stdout, stderr := runCLI(t, append(args, "--resume")...)
+	if code != 0 || !strings.Contains(stderr, "3 of 4 runs on disk") {
+		t.Fatalf("--resume: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	now, err := filepath.Glob(filepath.Join(dir, "runs", "*.json"))
+	if err != nil || len(now) != 4 {
+		t.Fatalf("after --resume: %d run files (%v), want 4", len(now), err)
+	}
+	for p, b := range kept {
+		if got, err := os.ReadFile(p); err != nil || string(got) != string(b) {
+			t.Errorf("%s was rewritten (%v)", p, err)
+		}
+	}
+	if !strings.Contains(stdout, "| two ") || !strings.Contains(stdout, "pooled P99 ms") {
+		t.Errorf("no tables after --resume:\n%s", stdout)
+	}
+	if code, again, errs := runCLI(t, "gateway", "live-eval", "--report", dir); code != 0 || again != stdout {
+		t.Errorf("--report after --resume: exit %d, stderr %s\nprinted:\n%s\nthe suite printed:\n%s", code, errs, again, stdout)
+	}
+
+	code, _, errs := runCLI(t, "gateway", "live-eval", "--fleets", "two", "--policies", "round-robin,slo-predictive", "--seeds", "3", "--requests", "40", "--out", dir, "--resume")
+	if code != ExitUsage || !strings.Contains(errs, "seeds") {
+		t.Errorf("--resume with other seeds: exit %d, stderr %s", code, errs)
+	}
+	code, _, errs = runCLI(t, "gateway", "live-eval", "--fleets", "two", "--resume")
+	if code != ExitUsage || !strings.Contains(errs, "--out") {
+		t.Errorf("--resume without --out: exit %d, stderr %s", code, errs)
 	}
 }

@@ -27,20 +27,38 @@ type Options struct {
 	// around it; a run that cannot be stored stops the suite, since a
 	// result not on disk would be lost with the next crash.
 	Store *Store
+	// Done are runs already made (a resumed suite's, ResumeStore): a
+	// (fleet, policy, seed) among them is not run again, and its result
+	// takes its place in Run's.
+	Done []Result
+}
+
+// runKey names a run of a suite.
+type runKey struct {
+	fleet, policy string
+	seed          uint64
 }
 
 // Run evaluates every policy on every fleet with every seed, one run at a
 // time (runs share the machine, so concurrent runs would time each other).
 func Run(ctx context.Context, opt Options) ([]Result, error) {
 	var out []Result
+	done := map[runKey]Result{}
+	for _, r := range opt.Done {
+		done[runKey{r.Fleet, r.Policy, r.Seed}] = r
+	}
 	for _, f := range opt.Fleets {
+		if rs, ok := allDone(f.Name, opt, done); ok {
+			out = append(out, rs...)
+			continue
+		}
 		// Real engines are started once for the fleet's runs (each run
 		// resets them) and stopped before the next fleet's.
 		f, stop, err := startEngines(ctx, f, opt.Ollama)
 		if err != nil {
 			return out, fmt.Errorf("fleet %s: %w", f.Name, err)
 		}
-		rs, err := runFleet(ctx, f, opt)
+		rs, err := runFleet(ctx, f, opt, done)
 		stop()
 		out = append(out, rs...)
 		if err != nil {
@@ -50,11 +68,31 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 	return out, nil
 }
 
-// runFleet runs every policy with every seed on one fleet.
-func runFleet(ctx context.Context, f Fleet, opt Options) ([]Result, error) {
+// allDone is the fleet's results when every one of its runs is done, so
+// that its engines need not start.
+func allDone(fleet string, opt Options, done map[runKey]Result) ([]Result, bool) {
 	var out []Result
 	for _, seed := range opt.Seeds {
 		for _, pol := range opt.Policies {
+			r, ok := done[runKey{fleet, pol, seed}]
+			if !ok {
+				return nil, false
+			}
+			out = append(out, r)
+		}
+	}
+	return out, true
+}
+
+// runFleet runs every policy with every seed on one fleet, but those done.
+func runFleet(ctx context.Context, f Fleet, opt Options, done map[runKey]Result) ([]Result, error) {
+	var out []Result
+	for _, seed := range opt.Seeds {
+		for _, pol := range opt.Policies {
+			if r, ok := done[runKey{f.Name, pol, seed}]; ok {
+				out = append(out, r)
+				continue
+			}
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}

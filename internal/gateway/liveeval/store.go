@@ -1,6 +1,7 @@
 package liveeval
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,7 +22,8 @@ import (
 // (fleet, policy, seed) run written as soon as the run finishes (each
 // atomically: a temporary file renamed into place), so that a crash or an
 // interrupt loses at most the run in progress. ReadDir reads it back for
-// the same tables without running anything.
+// the same tables without running anything; ResumeStore takes a stopped
+// suite up again where it stopped.
 const (
 	SuiteFile   = "suite.json"
 	RunsDir     = "runs"
@@ -51,6 +53,9 @@ type Suite struct {
 	// end; absent where the system has none.
 	LoadAvgStart []float64 `json:"load_avg_start,omitempty"`
 	LoadAvgEnd   []float64 `json:"load_avg_end,omitempty"`
+	// Resumed is when the suite was taken up again after it stopped
+	// (ResumeStore), one time per resumption.
+	Resumed []time.Time `json:"resumed,omitempty"`
 }
 
 // SuiteFleet is what a report needs of a fleet.
@@ -274,6 +279,80 @@ func CreateStore(dir string, s Suite) (*Store, error) {
 	return &Store{dir: dir, suite: s, version: s.ToolVersion}, nil
 }
 
+// ResumeStore reopens dir, a suite that stopped part way, to run what it
+// lacks. s must ask for the same suite as the one there (mode, fleets
+// with their workloads and SLOs, policies, seeds); a difference is an
+// error naming it, since runs of two suites pooled would be neither. It
+// returns the store, numbering new runs after those on disk, and the
+// results on disk, with a warning for each run file that cannot be read
+// (its run is run again).
+func ResumeStore(dir string, s Suite) (*Store, []Result, []error, error) {
+	old, err := readSuite(dir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := sameSuite(old, s); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", filepath.Join(dir, SuiteFile), err)
+	}
+	files, warns, err := readRuns(dir)
+	if err != nil {
+		return nil, nil, warns, err
+	}
+	st := &Store{dir: dir, suite: old, version: s.ToolVersion}
+	for _, f := range files {
+		st.seq = max(st.seq, f.Seq)
+	}
+	files = inPlanOrder(old, files)
+	rs := make([]Result, len(files))
+	for i, f := range files {
+		rs[i] = f.ResultOf()
+	}
+	st.suite.Status, st.suite.Finished, st.suite.LoadAvgEnd = "running", nil, nil
+	st.suite.Resumed = append(st.suite.Resumed, time.Now())
+	if err := record.WriteJSON(filepath.Join(dir, SuiteFile), st.suite); err != nil {
+		return nil, nil, warns, err
+	}
+	return st, rs, warns, nil
+}
+
+// sameSuite says how b asks for another suite than a, or nil.
+func sameSuite(a, b Suite) error {
+	if a.Mode != b.Mode {
+		return fmt.Errorf("is a %s suite, not %s", a.Mode, b.Mode)
+	}
+	if !slices.Equal(a.Policies, b.Policies) {
+		return fmt.Errorf("has policies %s, not %s", strings.Join(a.Policies, ","), strings.Join(b.Policies, ","))
+	}
+	if !slices.Equal(a.Seeds, b.Seeds) {
+		return fmt.Errorf("has seeds %v, not %v", a.Seeds, b.Seeds)
+	}
+	names := func(fs []SuiteFleet) string {
+		var n []string
+		for _, f := range fs {
+			n = append(n, f.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	if !slices.Equal(a.Fleets, b.Fleets) {
+		if names(a.Fleets) != names(b.Fleets) {
+			return fmt.Errorf("has fleets %s, not %s", names(a.Fleets), names(b.Fleets))
+		}
+		for i := range a.Fleets {
+			if a.Fleets[i] != b.Fleets[i] {
+				return fmt.Errorf("fleet %s was %+v, now %+v", a.Fleets[i].Name, a.Fleets[i], b.Fleets[i])
+			}
+		}
+	}
+	return nil
+}
+
+// Suite is the suite.json the store writes.
+func (st *Store) Suite() Suite {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.suite
+}
+
 // Dir is the results directory.
 func (st *Store) Dir() string { return st.dir }
 
@@ -339,20 +418,47 @@ func LoadAvg() []float64 {
 }
 
 // ReadDir reads a results directory: its suite and its runs' results in
-// run order. A missing or malformed suite.json, or a directory without a
+// the order the suite runs them (inPlanOrder). A missing or malformed suite.json, or a directory without a
 // readable run, is an error; a run file that cannot be read is left out
 // with a warning naming it, so that the rest still report.
 func ReadDir(dir string) (Suite, []Result, []error, error) {
+	s, err := readSuite(dir)
+	if err != nil {
+		return s, nil, nil, err
+	}
+	files, warns, err := readRuns(dir)
+	if err != nil {
+		return s, nil, warns, err
+	}
+	files = inPlanOrder(s, files)
+	if len(files) == 0 {
+		return s, nil, warns, fmt.Errorf("%s: no readable run file", filepath.Join(dir, RunsDir))
+	}
+	rs := make([]Result, len(files))
+	for i, f := range files {
+		rs[i] = f.ResultOf()
+	}
+	return s, rs, warns, nil
+}
+
+// readSuite reads dir's suite.json.
+func readSuite(dir string) (Suite, error) {
 	var s Suite
 	if err := record.ReadJSON(filepath.Join(dir, SuiteFile), &s); err != nil {
-		return s, nil, nil, fmt.Errorf("reading live-eval results: %w", err)
+		return s, fmt.Errorf("reading live-eval results: %w", err)
 	}
 	if s.Schema != SuiteSchema {
-		return s, nil, nil, fmt.Errorf("%s: schema %q, want %q", filepath.Join(dir, SuiteFile), s.Schema, SuiteSchema)
+		return s, fmt.Errorf("%s: schema %q, want %q", filepath.Join(dir, SuiteFile), s.Schema, SuiteSchema)
 	}
+	return s, nil
+}
+
+// readRuns reads dir's run files in run order, with a warning for each
+// that cannot be read.
+func readRuns(dir string) ([]RunFile, []error, error) {
 	names, err := filepath.Glob(filepath.Join(dir, RunsDir, "*.json"))
 	if err != nil {
-		return s, nil, nil, fmt.Errorf("listing runs: %w", err)
+		return nil, nil, fmt.Errorf("listing runs: %w", err)
 	}
 	var warns []error
 	var files []RunFile
@@ -368,13 +474,40 @@ func ReadDir(dir string) (Suite, []Result, []error, error) {
 		}
 		files = append(files, f)
 	}
-	if len(files) == 0 {
-		return s, nil, warns, fmt.Errorf("%s: no readable run file", filepath.Join(dir, RunsDir))
-	}
 	slices.SortStableFunc(files, func(a, b RunFile) int { return a.Seq - b.Seq })
-	rs := make([]Result, len(files))
-	for i, f := range files {
-		rs[i] = f.ResultOf()
+	return files, warns, nil
+}
+
+// inPlanOrder puts run files (in run order) in the order the suite runs
+// them, fleet by fleet, seed by seed, policy by policy, as Run returns
+// its results, so that a resumed suite's tables, whose missing runs were
+// made last, read as if it had never stopped; of two files for one run the
+// later is kept, and runs the suite does not name follow in run order.
+func inPlanOrder(s Suite, files []RunFile) []RunFile {
+	pos := map[runKey]int{}
+	for fi, f := range s.Fleets {
+		for si, seed := range s.Seeds {
+			for pi, p := range s.Policies {
+				pos[runKey{f.Name, p, seed}] = (fi*len(s.Seeds)+si)*len(s.Policies) + pi
+			}
+		}
 	}
-	return s, rs, warns, nil
+	latest := map[runKey]int{}
+	for i, f := range files {
+		latest[runKey{f.Fleet, f.Policy, f.Seed}] = i
+	}
+	var out []RunFile
+	for i, f := range files {
+		if latest[runKey{f.Fleet, f.Policy, f.Seed}] == i {
+			out = append(out, f)
+		}
+	}
+	rank := func(f RunFile) int {
+		if p, ok := pos[runKey{f.Fleet, f.Policy, f.Seed}]; ok {
+			return p
+		}
+		return len(pos)
+	}
+	slices.SortStableFunc(out, func(a, b RunFile) int { return cmp.Compare(rank(a), rank(b)) })
+	return out
 }

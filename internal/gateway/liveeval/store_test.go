@@ -161,3 +161,83 @@ func TestSafeName(t *testing.T) {
 		t.Errorf("safeName = %q", got)
 	}
 }
+
+// TestResumeStore: a stopped suite reopens with the runs on disk, numbers
+// new runs after them and is running again; a damaged run file is warned
+// of and left to run again; a command asking for another suite is refused
+// with the difference named.
+func TestResumeStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "suite")
+	st := newTestStore(t, dir)
+	want := st.Suite()
+	run := func(seed uint64) Result {
+		r := fullResult(t, seed)
+		r.Policy = sched.SLOPredictive // one of the suite's runs
+		return r
+	}
+	var runs []string
+	for _, seed := range []uint64{1, 2} {
+		p, err := st.WriteRun(run(seed), RunMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, p)
+	}
+	if err := st.Finish(errors.New("interrupted")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(runs[0], []byte(`{"schema": "ttft.live-eval.run/v1", "seq": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	again, done, warns, err := ResumeStore(dir, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0].Error(), filepath.Base(runs[0])) {
+		t.Errorf("warnings %v, want one naming %s", warns, filepath.Base(runs[0]))
+	}
+	if len(done) != 1 || done[0].Seed != 2 {
+		t.Fatalf("done %+v, want seed 2's run", done)
+	}
+	s := again.Suite()
+	if s.Status != "running" || s.Finished != nil || len(s.Resumed) != 1 || !s.Started.Equal(want.Started) {
+		t.Errorf("resumed suite %+v", s)
+	}
+	p, err := again.WriteRun(run(1), RunMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(p), "0003-") {
+		t.Errorf("new run written as %s, want number 3", filepath.Base(p))
+	}
+	if err := again.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	// In the suite's order, seed 1 first, although it was run last.
+	onDisk, rs, _, err := ReadDir(dir)
+	if err != nil || onDisk.Status != "complete" || len(rs) != 2 || rs[0].Seed != 1 || rs[1].Seed != 2 {
+		t.Errorf("after resuming: %v, status %q, %d runs", err, onDisk.Status, len(rs))
+	}
+
+	for _, tt := range []struct {
+		name  string
+		alter func(*Suite)
+		want  string
+	}{
+		{"seeds", func(s *Suite) { s.Seeds = []uint64{1, 2, 3} }, "seeds"},
+		{"policies", func(s *Suite) { s.Policies = []string{"round-robin"} }, "policies"},
+		{"mode", func(s *Suite) { s.Mode = ModeAdmission }, "admission"},
+		{"fleet", func(s *Suite) { s.Fleets = []SuiteFleet{{Name: "eight"}} }, "fleets"},
+		{"requests", func(s *Suite) { s.Fleets = []SuiteFleet{want.Fleets[0]}; s.Fleets[0].Requests = 40 }, "fleet two"},
+	} {
+		other := want
+		tt.alter(&other)
+		if _, _, _, err := ResumeStore(dir, other); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s differs: %v, want an error naming %q", tt.name, err, tt.want)
+		}
+	}
+	if _, _, _, err := ResumeStore(filepath.Join(t.TempDir(), "none"), want); err == nil || !strings.Contains(err.Error(), SuiteFile) {
+		t.Errorf("no suite: %v", err)
+	}
+}
