@@ -27,7 +27,8 @@ func newGatewayLiveEvalCmd(env *Env) *cobra.Command {
 		admission        bool
 		predictor        bool
 		ollama           string
-		out, report      string
+		out              string
+		report, compare  []string
 		resume           bool
 	)
 	cmd := &cobra.Command{
@@ -54,6 +55,12 @@ tables again from such a directory without running anything, and --resume
 with --out DIR and the same flags as before takes a suite that stopped up
 again: the runs on disk are kept and only the others run.
 
+--report AFTER --compare BEFORE compares two builds' suites (the same
+flags, each build's binary): per fleet and policy the pooled P99 of each
+and after ÷ before with a 90% paired bootstrap interval. Several rounds
+run alternately go comma-separated on both sides, round i paired with
+round i.
+
 The last table, which decides, pools each policy's requests over the seeds
 (the seeds replay the same requests for every policy) and gives each ratio
 a 90% paired bootstrap interval (seeds, then their requests, resampled
@@ -62,13 +69,22 @@ the whole interval is within it, not met when wholly beyond, otherwise
 undecided (docs/routing-evaluation.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if report != "" {
+			if len(compare) > 0 && len(report) == 0 {
+				return usageErr("live-eval: --compare BEFORE goes with --report AFTER")
+			}
+			if len(report) > 0 {
 				for _, n := range []string{"fleets", "policies", "seeds", "requests", "admission", "predictor", "ollama", "out", "resume"} {
 					if cmd.Flags().Changed(n) {
 						return usageErr("live-eval: --report prints a finished directory's tables; --%s is for a new suite", n)
 					}
 				}
-				return liveEvalReport(env, report)
+				if len(compare) > 0 {
+					return liveEvalCompare(env, compare, report)
+				}
+				if len(report) > 1 {
+					return usageErr("live-eval: --report takes one directory (several only with --compare)")
+				}
+				return liveEvalReport(env, report[0])
 			}
 			all := liveeval.Fleets()
 			opt := liveeval.Options{Policies: sched.Policies()}
@@ -206,7 +222,8 @@ undecided (docs/routing-evaluation.md).`,
 	f.StringVar(&ollama, "ollama", "", "ollama binary: run the real-engine fleets ("+strings.Join(liveeval.OllamaFleetNames(), ", ")+"; only those unless --fleets names others)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print each run's result on stderr as it finishes")
 	f.StringVarP(&out, "out", "o", "", "results directory, written run by run (default: a new directory under the ttft data directory's live-eval/); one that holds a suite is refused")
-	f.StringVar(&report, "report", "", "print the tables of the results directory `DIR` (a suite's --out) without running anything")
+	f.StringSliceVar(&report, "report", nil, "print the tables of the results directory `DIR` (a suite's --out) without running anything")
+	f.StringSliceVar(&compare, "compare", nil, "with --report AFTER[,AFTER...]: compare those suites with these, `BEFORE[,BEFORE...]`, round by round")
 	f.BoolVar(&resume, "resume", false, "take up again the suite in --out that stopped part way, with the flags it was started with: runs on disk are kept, the others run")
 	return cmd
 }
@@ -255,5 +272,45 @@ func liveEvalReport(env *Env, dir string) error {
 		def = sched.SLOPredictive
 	}
 	printLiveEval(env, suite.Mode, def, rs, suite.ReportFleets())
+	return nil
+}
+
+// liveEvalCompare prints the comparison of two builds' suites, round i of
+// before with round i of after.
+func liveEvalCompare(env *Env, before, after []string) error {
+	if len(before) != len(after) {
+		return usageErr("live-eval: --compare has %d suites and --report %d: rounds pair one to one", len(before), len(after))
+	}
+	read := func(dirs []string) ([][]liveeval.Result, error) {
+		var out [][]liveeval.Result
+		for _, d := range dirs {
+			suite, rs, warns, err := liveeval.ReadDir(d)
+			for _, w := range warns {
+				fmt.Fprintf(env.Stderr, "live-eval: warning: left out: %v\n", w)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if suite.Status != "complete" {
+				fmt.Fprintf(env.Stderr, "live-eval: %s: suite %s (%d runs on disk)\n", d, suite.Status, len(rs))
+			}
+			out = append(out, rs)
+		}
+		return out, nil
+	}
+	b, err := read(before)
+	if err != nil {
+		return usageErr("live-eval: --compare: %v", err)
+	}
+	a, err := read(after)
+	if err != nil {
+		return usageErr("live-eval: --report: %v", err)
+	}
+	var boot liveeval.Bootstrap
+	cs := liveeval.CompareSuites(b, a, boot)
+	if len(cs) == 0 {
+		return usageErr("live-eval: --compare: the suites have no fleet, policy and seed in common")
+	}
+	liveeval.FormatComparison(env.Stdout, cs, boot)
 	return nil
 }

@@ -138,3 +138,39 @@ func TestLiveEvalResume(t *testing.T) {
 		t.Errorf("--resume without --out: exit %d, stderr %s", code, errs)
 	}
 }
+
+// TestLiveEvalCompare: two suites' tables side by side, round by round; a
+// suite against itself reads 1.00; unpaired rounds and a --compare
+// without --report are usage errors.
+func TestLiveEvalCompare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live runs")
+	}
+	var dirs []string
+	for _, name := range []string{"a", "b"} {
+		dir := filepath.Join(t.TempDir(), name)
+		code, stdout, stderr := runCLI(t, "gateway", "live-eval", "--fleets", "two", "--policies", "prefix-affinity", "--seeds", "2", "--requests", "40", "--out", dir)
+		if code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		dirs = append(dirs, dir)
+	}
+	code, stdout, stderr := runCLI(t, "gateway", "live-eval", "--report", dirs[1], "--compare", dirs[0])
+	if code != 0 || !regexp.MustCompile(`\| two +\| prefix-affinity +\| 2 +\|`).MatchString(stdout) || !strings.Contains(stdout, "after ÷ before") {
+		t.Fatalf("--compare: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "gateway", "live-eval", "--report", dirs[0]+","+dirs[1], "--compare", dirs[0]+","+dirs[1])
+	if code != 0 || !strings.Contains(stdout, "| 4 ") || !strings.Contains(stdout, "1.00 [1.00–1.00]") {
+		t.Errorf("two rounds against themselves: exit %d\n%s", code, stdout)
+	}
+	for _, args := range [][]string{
+		{"--report", dirs[1], "--compare", dirs[0] + "," + dirs[1]},
+		{"--compare", dirs[0]},
+		{"--report", dirs[0] + "," + dirs[1]},
+	} {
+		code, _, errs := runCLI(t, append([]string{"gateway", "live-eval"}, args...)...)
+		if code != ExitUsage || !strings.Contains(errs, "--") {
+			t.Errorf("%v: exit %d, stderr %s", args, code, errs)
+		}
+	}
+}
