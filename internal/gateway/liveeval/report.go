@@ -48,15 +48,15 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 		done[runKey{r.Fleet, r.Policy, r.Seed}] = r
 	}
 	for _, f := range opt.Fleets {
-		if rs, ok := allDone(f.Name, opt, done); ok {
-			out = append(out, rs...)
-			continue
-		}
 		// Real engines are started once for the fleet's runs (each run
-		// resets them) and stopped before the next fleet's.
-		f, stop, err := startEngines(ctx, f, opt.Ollama)
-		if err != nil {
-			return out, fmt.Errorf("fleet %s: %w", f.Name, err)
+		// resets them) and stopped before the next fleet's; not at all
+		// when every run of the fleet is done.
+		stop := func() {}
+		if anyLeft(f.Name, opt, done) {
+			var err error
+			if f, stop, err = startEngines(ctx, f, opt.Ollama); err != nil {
+				return out, fmt.Errorf("fleet %s: %w", f.Name, err)
+			}
 		}
 		rs, err := runFleet(ctx, f, opt, done)
 		stop()
@@ -68,20 +68,16 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 	return out, nil
 }
 
-// allDone is the fleet's results when every one of its runs is done, so
-// that its engines need not start.
-func allDone(fleet string, opt Options, done map[runKey]Result) ([]Result, bool) {
-	var out []Result
+// anyLeft reports whether a run of the fleet is not done.
+func anyLeft(fleet string, opt Options, done map[runKey]Result) bool {
 	for _, seed := range opt.Seeds {
 		for _, pol := range opt.Policies {
-			r, ok := done[runKey{fleet, pol, seed}]
-			if !ok {
-				return nil, false
+			if _, ok := done[runKey{fleet, pol, seed}]; !ok {
+				return true
 			}
-			out = append(out, r)
 		}
 	}
-	return out, true
+	return false
 }
 
 // runFleet runs every policy with every seed on one fleet, but those done.

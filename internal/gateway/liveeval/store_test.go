@@ -1,6 +1,7 @@
 package liveeval
 
 import (
+	"context"
 	"errors"
 	"math"
 	"os"
@@ -239,5 +240,22 @@ func TestResumeStore(t *testing.T) {
 	}
 	if _, _, _, err := ResumeStore(filepath.Join(t.TempDir(), "none"), want); err == nil || !strings.Contains(err.Error(), SuiteFile) {
 		t.Errorf("no suite: %v", err)
+	}
+}
+
+// TestRunSkipsDone: a resumed suite's runs on disk are not run again, and
+// a fleet whose runs are all done does not start its engines (here an
+// ollama binary that does not exist); with one run left it does.
+func TestRunSkipsDone(t *testing.T) {
+	f := OllamaFleets()[0]
+	opt := Options{Fleets: []Fleet{f}, Policies: []string{sched.RoundRobin}, Seeds: []uint64{1},
+		Ollama: filepath.Join(t.TempDir(), "no-ollama"), Done: []Result{{Fleet: f.Name, Policy: sched.RoundRobin, Seed: 1, N: 7}}}
+	rs, err := Run(context.Background(), opt)
+	if err != nil || len(rs) != 1 || rs[0].N != 7 {
+		t.Fatalf("every run done: %v, results %+v", err, rs)
+	}
+	opt.Seeds = []uint64{1, 2}
+	if _, err := Run(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "no-ollama") {
+		t.Errorf("seed 2 left to run: %v, want the engines' start to fail", err)
 	}
 }
