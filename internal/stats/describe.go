@@ -35,7 +35,17 @@ func Quantile(sorted []float64, q float64) float64 {
 	if i+1 >= n {
 		return sorted[n-1]
 	}
-	return sorted[i] + (h-lo)*(sorted[i+1]-sorted[i])
+	return lerp(sorted[i], sorted[i+1], h-lo)
+}
+
+// lerp interpolates from a to b by t in [0, 1). Equal ends, or t = 0,
+// give a itself, so that infinite values (an unbounded latency) come
+// through instead of turning into NaN as ∞ − ∞ or 0 × ∞ would.
+func lerp(a, b, t float64) float64 {
+	if t == 0 || a == b {
+		return a
+	}
+	return a + t*(b-a)
 }
 
 // quantileStats lists the percentiles every Metric carries.

@@ -25,6 +25,28 @@ func TestQuantileMatchesNumpyDefault(t *testing.T) {
 	}
 }
 
+// An infinite value (a request that never got its first token, counted
+// as unboundedly slow) must come through a quantile as itself, not as the
+// NaN that ∞ − ∞ or 0 × ∞ make.
+func TestQuantileInfinite(t *testing.T) {
+	inf := math.Inf(1)
+	for _, tc := range []struct {
+		xs   []float64
+		q    float64
+		want float64
+	}{
+		{[]float64{1, 2, inf}, 0.5, 2},      // on a rank: that value
+		{[]float64{1, inf}, 0.5, inf},       // between a number and ∞
+		{[]float64{1, inf, inf}, 0.75, inf}, // between two ∞
+		{[]float64{1, inf, inf}, 0.5, inf},  // on an ∞ rank
+		{[]float64{1, 2, 3}, 0.25, 1.5},     // finite: unchanged
+	} {
+		if got := Quantile(tc.xs, tc.q); got != tc.want {
+			t.Errorf("Quantile(%v, %v) = %v, want %v", tc.xs, tc.q, got, tc.want)
+		}
+	}
+}
+
 func TestDescribe(t *testing.T) {
 	m := Describe([]float64{4, 2, math.NaN(), 6, 8}, DescribeOptions{CI: true, Seed: 1})
 	if m.Count != 4 || m.Mean != 5 || m.Min != 2 || m.Max != 8 || m.P50 != 5 {

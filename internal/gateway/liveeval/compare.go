@@ -72,13 +72,14 @@ func CompareSuites(before, after [][]Result, opt Bootstrap) []SuiteComparison {
 	return out
 }
 
-// meanOf is the mean of the values that are numbers (NaN: none).
+// meanOf is the mean of the finite values (a request a run lacks, NaN,
+// or that failed, +Inf, has no TTFT to average; NaN: none).
 func meanOf(seeds [][]float64) float64 {
 	var sum float64
 	var n int
 	for _, s := range seeds {
 		for _, v := range s {
-			if !math.IsNaN(v) {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) { // lacking or failed
 				sum += v
 				n++
 			}
@@ -97,7 +98,7 @@ func FormatComparison(w io.Writer, cs []SuiteComparison, opt Bootstrap) {
 	fmt.Fprintf(tw, "| fleet\t policy\t paired runs\t before pooled P99 ms\t after pooled P99 ms\t after ÷ before [%.0f%% CI]\t before mean ms\t after mean ms\t\n", 100*opt.Level)
 	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 8))
 	for _, c := range cs {
-		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f\t %.1f\t %s\t %.1f\t %.1f\t\n", c.Fleet, c.Policy, c.Pairs, ms(c.Before), ms(c.After),
+		fmt.Fprintf(tw, "| %s\t %s\t %d\t %s\t %s\t %s\t %.1f\t %.1f\t\n", c.Fleet, c.Policy, c.Pairs, fmtMs(c.Before), fmtMs(c.After),
 			FormatInterval(c.Ratio), ms(c.BeforeMean), ms(c.AfterMean))
 	}
 	tw.Flush()

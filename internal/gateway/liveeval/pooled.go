@@ -83,7 +83,8 @@ func layout(lists ...[][]float64) slots {
 	return l
 }
 
-// newPool pools seeds (NaN values, failed or missing requests, left out).
+// newPool pools seeds (NaN values, requests one policy's run lacks, left
+// out; a failed request is +Inf, the slowest there is).
 func newPool(seeds [][]float64, l slots) pool {
 	type v struct {
 		x    float64
@@ -130,6 +131,9 @@ func (p pool) quantile(count []int, q float64) float64 {
 		return p.orderStat(count, n, n-1)
 	}
 	a, b := p.orderStat(count, n, i), p.orderStat(count, n, i+1)
+	if h == lo || a == b {
+		return a // also where b is +Inf (a failed request): no 0 × ∞
+	}
 	return a + (h-lo)*(b-a)
 }
 
@@ -156,7 +160,7 @@ func (p pool) orderStat(count []int, n, k int) float64 {
 }
 
 // PooledQuantile is the q-quantile of all the seeds' values together
-// (NaNs left out).
+// (NaNs left out; +Inf, a failed request, counts as the slowest).
 func PooledQuantile(seeds [][]float64, q float64) float64 {
 	if len(seeds) == 0 {
 		return math.NaN()
@@ -175,7 +179,7 @@ func ones(n int) []int {
 
 // PairedRatio compares policy a with policy b on the same seeds: a[s][j]
 // and b[s][j] are the TTFTs of seed s's request j under each (NaN where
-// it failed). The ratio is of their pooled q-quantiles; its interval is
+// a run lacks it, +Inf where it failed). The ratio is of their pooled q-quantiles; its interval is
 // the percentile bootstrap of that ratio over resamples that draw the
 // seeds with replacement and then (unless opt.SeedsOnly) each drawn
 // seed's requests with replacement, the same draws for both policies. The

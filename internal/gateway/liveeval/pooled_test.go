@@ -261,3 +261,66 @@ func TestCheckPooled(t *testing.T) {
 		t.Errorf("table:\n%s", buf.String())
 	}
 }
+
+// A failed scored request counts as unboundedly slow in the pooled P99s
+// and their ratios: a policy that fails 5 % of its requests and serves the
+// rest fast must not read faster than one that serves every request a
+// little later. A request one run lacks is left out instead.
+func TestCheckPooledCountsFailures(t *testing.T) {
+	run := func(pol string, seed uint64, ttft float64, failEvery int) Result {
+		r := Result{Fleet: "f", Policy: pol, Seed: seed, HitRate: math.NaN()}
+		for i := range 200 {
+			q := Scored{ID: fmt.Sprint("le-", i), Status: 200, TTFT: time.Duration((ttft + float64(i%7)) * float64(time.Millisecond))}
+			if failEvery > 0 && i%failEvery == 0 {
+				q.Status, q.TTFT = 502, 0
+			}
+			r.Requests = append(r.Requests, q)
+		}
+		r.N = len(r.Requests)
+		return r
+	}
+	var rs []Result
+	for s := uint64(1); s <= 3; s++ {
+		rs = append(rs,
+			run(sched.SLOPredictive, s, 5, 20), // fast, but 1 in 20 fails
+			run(sched.PrefixAffinity, s, 30, 0),
+			run(sched.LeastOutstanding, s, 40, 0),
+			run(sched.RoundRobin, s, 90, 0))
+	}
+	vs := CheckPooled(rs, []Fleet{{Name: "f", CacheMatters: true}}, sched.SLOPredictive, Bootstrap{Resamples: 200})
+	if len(vs) != 1 {
+		t.Fatalf("verdicts %+v", vs)
+	}
+	v := vs[0]
+	if v.Default != unbounded {
+		t.Errorf("default pooled P99 %v, want unbounded (5 %% failed)", v.Default)
+	}
+	if !math.IsInf(v.VsBest.Point, 1) || v.BestDecision != NotMet || !math.IsInf(v.VsRR.Point, 1) || v.Decision != NotMet {
+		t.Errorf("vs best %+v (%s), vs round-robin %+v, overall %s; want ∞, not met", v.VsBest, v.BestDecision, v.VsRR, v.Decision)
+	}
+	if v.Best != sched.PrefixAffinity || v.BestP99 <= 0 || v.BestP99 == unbounded {
+		t.Errorf("best %s at %v, want prefix-affinity, finite", v.Best, v.BestP99)
+	}
+	var buf bytes.Buffer
+	FormatPooledVerdicts(&buf, vs, sched.SLOPredictive, Bootstrap{Resamples: 200})
+	if !strings.Contains(buf.String(), "∞") || strings.Contains(buf.String(), "Inf") || strings.Contains(buf.String(), "NaN") {
+		t.Errorf("table:\n%s", buf.String())
+	}
+
+	// Failures under 1 %: the P99 stays finite, but a failure still
+	// outranks every served request.
+	a := bySeed{1: run(sched.SLOPredictive, 1, 5, 0).Requests}
+	a[1][3].Status, a[1][3].TTFT = 0, 0
+	if got := PooledQuantile(a.all(), 0.99); math.IsInf(got, 0) || got < 11 {
+		t.Errorf("P99 with 1 failure in 200: %v ms, want finite and at the top of the served (≥ 11)", got)
+	}
+	if got := PooledQuantile(a.all(), 1); !math.IsInf(got, 1) {
+		t.Errorf("maximum with a failure: %v, want +Inf", got)
+	}
+	// A request the other run lacks is NaN (left out), one it failed +Inf.
+	b := bySeed{1: slices.Clone(a[1][:150])}
+	as, bs := paired(a, b)
+	if !math.IsInf(as[0][3], 1) || !math.IsNaN(bs[0][160]) || math.IsNaN(as[0][160]) {
+		t.Errorf("paired: failed %v, lacking %v / %v", as[0][3], bs[0][160], as[0][160])
+	}
+}

@@ -285,7 +285,7 @@ func Format(w io.Writer, sums []Summary) {
 		}
 		pooled := "–"
 		if s.PooledP99 > 0 {
-			pooled = fmt.Sprintf("%.1f", ms(s.PooledP99))
+			pooled = fmtMs(s.PooledP99)
 		}
 		fmt.Fprintf(tw, "| %s\t %s\t %d\t %.1f\t %.1f\t %.1f\t %.1f–%.1f\t %.2f\t %.1f%%\t %.1f\t %s\t %d\t %s\t %s\t %s\t\n",
 			s.Fleet, s.Policy, s.Seeds, ms(s.Mean), ms(s.P95), ms(s.P99), ms(s.P99Min), ms(s.P99Max), s.P99VsRR,

@@ -40,8 +40,9 @@ type PooledVerdict struct {
 	BestDecision, RRDecision, Decision Decision
 }
 
-// ttftsMs is the client-side TTFTs (ms) of each result's served scored
-// requests, one slice per result; nil when a result carries none.
+// ttftsMs is the client-side TTFTs (ms) of each result's scored
+// requests, one slice per result, a failed request's +Inf (scoredMs);
+// nil when a result carries none.
 func ttftsMs(rs []Result) [][]float64 {
 	var out [][]float64
 	for _, r := range rs {
@@ -50,20 +51,47 @@ func ttftsMs(rs []Result) [][]float64 {
 		}
 		var xs []float64
 		for _, q := range r.Requests {
-			if q.TTFT > 0 {
-				xs = append(xs, ms(q.TTFT))
-			}
+			xs = append(xs, scoredMs(q))
 		}
 		out = append(out, xs)
 	}
 	return out
 }
 
+// scoredMs is a scored request's TTFT in milliseconds for the pooled
+// figures, +Inf where it failed: unbounded, the slowest there is. Leaving
+// failures out, as the per-run P99s do (their "failed" column counts
+// them), would let a policy that fails requests read faster than one that
+// serves them late; with failures past 1 % of a pool its P99 is unbounded
+// (printed ∞).
+func scoredMs(q Scored) float64 {
+	if q.TTFT <= 0 {
+		return math.Inf(1)
+	}
+	return ms(q.TTFT)
+}
+
+// unbounded is the duration an infinite pooled quantile is kept as
+// (msDur), and fmtMs prints as ∞.
+const unbounded = time.Duration(math.MaxInt64)
+
 func msDur(v float64) time.Duration {
-	if math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
 		return 0
+	case math.IsInf(v, 1):
+		return unbounded
 	}
 	return time.Duration(v * float64(time.Millisecond))
+}
+
+// fmtMs prints a pooled figure in milliseconds, ∞ where failures made it
+// unbounded.
+func fmtMs(d time.Duration) string {
+	if d == unbounded {
+		return "∞"
+	}
+	return fmt.Sprintf("%.1f", ms(d))
 }
 
 // bySeed is one (fleet, policy)'s scored requests by seed.
@@ -80,14 +108,9 @@ func (m bySeed) seeds() []uint64 {
 
 // paired lists a's and b's TTFTs (ms) on the seeds both ran, in seed
 // order, request by request: the same request (by ID) at the same index
-// in both, NaN where one failed or lacks it.
+// in both, NaN where one lacks it, +Inf where it failed (scoredMs).
 func paired(a, b bySeed) (as, bs [][]float64) {
-	val := func(q Scored) float64 {
-		if q.TTFT <= 0 {
-			return math.NaN()
-		}
-		return ms(q.TTFT)
-	}
+	val := scoredMs
 	for _, s := range a.seeds() {
 		rb, ok := b[s]
 		if !ok {
@@ -116,9 +139,7 @@ func (m bySeed) all() [][]float64 {
 	for _, s := range m.seeds() {
 		var xs []float64
 		for _, q := range m[s] {
-			if q.TTFT > 0 {
-				xs = append(xs, ms(q.TTFT))
-			}
+			xs = append(xs, scoredMs(q))
 		}
 		out = append(out, xs)
 	}
@@ -203,7 +224,7 @@ func FormatPooledVerdicts(w io.Writer, vs []PooledVerdict, policy string, opt Bo
 		if d <= 0 {
 			return "–"
 		}
-		return fmt.Sprintf("%.1f", ms(d))
+		return fmtMs(d)
 	}
 	for _, v := range vs {
 		best := v.Best
@@ -227,9 +248,18 @@ func FormatInterval(iv Interval) string {
 	case math.IsNaN(iv.Point):
 		return "–"
 	case math.IsNaN(iv.Lo) || math.IsNaN(iv.Hi):
-		return fmt.Sprintf("%.2f [1 seed: none]", iv.Point)
+		return fmtRatio(iv.Point) + " [1 seed: none]"
 	}
-	return fmt.Sprintf("%.2f [%.2f–%.2f]", iv.Point, iv.Lo, iv.Hi)
+	return fmt.Sprintf("%s [%s–%s]", fmtRatio(iv.Point), fmtRatio(iv.Lo), fmtRatio(iv.Hi))
+}
+
+// fmtRatio prints a ratio, ∞ where the numerator's P99 is unbounded
+// (failures) and the denominator's is not.
+func fmtRatio(r float64) string {
+	if math.IsInf(r, 1) {
+		return "∞"
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 func verdictText(v PooledVerdict) string {
