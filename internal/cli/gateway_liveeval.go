@@ -231,8 +231,16 @@ undecided (docs/routing-evaluation.md).`,
 // printLiveEval writes a suite's tables: the admission comparison, or the
 // per-policy table, the Endpoint Picker comparison where it ran, then the
 // predictors' errors or the verdicts on the targets (medians of the
-// seeds, then the seeds pooled with their intervals).
+// seeds, then the seeds pooled with their intervals), and last the runs
+// in which the host served requests late (liveeval.FormatHostLate).
 func printLiveEval(env *Env, mode, def string, rs []liveeval.Result, fleets []liveeval.Fleet) {
+	// Whatever the mode, last: the runs a stall of the host touched.
+	defer func() {
+		if slices.ContainsFunc(rs, func(r liveeval.Result) bool { return r.HostLate > 0 }) {
+			fmt.Fprintln(env.Stdout)
+			liveeval.FormatHostLate(env.Stdout, rs)
+		}
+	}()
 	sums := liveeval.Summarize(rs)
 	if mode == liveeval.ModeAdmission {
 		liveeval.FormatAdmission(env.Stdout, sums)

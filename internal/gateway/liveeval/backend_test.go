@@ -57,6 +57,39 @@ func TestScoreBackend(t *testing.T) {
 	}
 }
 
+// TestHostLate: scored requests a stand-in served more than
+// LateThreshold late against its own model count in HostLate (the
+// warm-up's do not), and the tables name the runs that have some.
+func TestHostLate(t *testing.T) {
+	ms := time.Millisecond
+	recs := []record.Record{{ID: "le-0", Warmup: true}, {ID: "le-1"}, {ID: "le-2"}, {ID: "le-3"}}
+	served := []standin.Served{
+		{ID: "le-0", TTFT: 90 * ms, Late: 80 * ms}, // warm-up
+		{ID: "le-1", TTFT: 10 * ms, Late: 2 * ms},
+		{ID: "le-2", TTFT: 70 * ms, Late: 60 * ms},
+		{ID: "le-3", TTFT: 20 * ms, Late: LateThreshold},
+	}
+	r := score(bench.Result{Records: recs}, time.Second)
+	r.Fleet, r.Policy, r.Seed = "f", sched.PrefixAffinity, 3
+	scoreBackend(&r, bench.Result{Records: recs}, served, time.Second)
+	if r.HostLate != 1 {
+		t.Errorf("host late %d, want 1 (le-2; the warm-up and a request at the threshold do not count)", r.HostLate)
+	}
+	if q := r.Requests[1]; q.ID != "le-2" || q.BackendLate != 60*ms {
+		t.Errorf("request %+v: want le-2 late 60 ms", q)
+	}
+	var buf bytes.Buffer
+	FormatHostLate(&buf, []Result{{Fleet: "g", Policy: sched.RoundRobin, Seed: 1, N: 3}, r})
+	if out := buf.String(); !strings.Contains(out, "- f, prefix-affinity, seed 3: 1 of 3 scored requests") || strings.Contains(out, "- g,") {
+		t.Errorf("host-late list:\n%s", out)
+	}
+	buf.Reset()
+	FormatHostLate(&buf, []Result{{Fleet: "g", N: 3}})
+	if buf.Len() != 0 {
+		t.Errorf("no late runs, yet: %q", buf.String())
+	}
+}
+
 // TestBackendSideFigures runs a fleet whose stand-ins cost a known fixed
 // time before the first token (no cache, no prefill, more slots than
 // requests in flight: no queue) through the gateway and through the

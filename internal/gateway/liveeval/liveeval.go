@@ -77,6 +77,12 @@ type Result struct {
 	BackendMean, BackendP95, BackendP99 time.Duration
 	BackendQueued                       time.Duration
 	BackendAttainment                   float64
+	// HostLate counts the scored requests a stand-in served more than
+	// LateThreshold after its own latency model's time (Scored.
+	// BackendLate): the machine running the suite stalled under them. A
+	// run with some has a tail that is partly the host's, whatever the
+	// policy; the tables name such runs (FormatHostLate).
+	HostLate int
 	// Requests are the scored requests one by one, in the order they
 	// finished (bench's records): what the figures above summarise,
 	// kept so that a report can pool seeds (and be recomputed from
@@ -103,6 +109,9 @@ type Scored struct {
 	Backend               string
 	BackendQueued         time.Duration
 	PromptChars, HitChars int
+	// BackendLate is how much later than its latency model the stand-in
+	// wrote the first token (standin.Served.Late).
+	BackendLate time.Duration
 	// Group is the request's prompt group (its shared prefix).
 	Group string
 }
@@ -443,6 +452,10 @@ func scoreBackend(r *Result, res bench.Result, served []standin.Served, slo time
 			q := &r.Requests[j]
 			q.BackendTTFT, q.Backend, q.BackendQueued = s.TTFT, s.Backend, s.Queued
 			q.PromptChars, q.HitChars, q.Group = s.PromptChars, s.HitChars, rec.Group
+			q.BackendLate = s.Late
+			if s.Late > LateThreshold {
+				r.HostLate++
+			}
 		}
 		xs = append(xs, s.TTFT.Seconds())
 		queued += s.Queued

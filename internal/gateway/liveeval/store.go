@@ -117,7 +117,8 @@ type RunFile struct {
 	// Scored is every scored request in the order finished: its ID, the
 	// client-side TTFT in ms (null when it failed), the HTTP status and,
 	// where a stand-in recorded it, the backend-side TTFT in ms, which
-	// stand-in served it, its wait for a slot and its cache hit.
+	// stand-in served it, its wait for a slot, how late the host made it
+	// against the stand-in's latency model, and its cache hit.
 	Scored []ScoredJSON `json:"scored"`
 }
 
@@ -129,6 +130,7 @@ type ScoredJSON struct {
 	BackendTTFTMs *float64 `json:"backend_ttft_ms,omitempty"`
 	Backend       string   `json:"backend,omitempty"`
 	QueuedMs      *float64 `json:"backend_queued_ms,omitempty"`
+	LateMs        *float64 `json:"backend_late_ms,omitempty"`
 	PromptChars   int      `json:"prompt_chars,omitempty"`
 	HitChars      int      `json:"hit_chars,omitempty"`
 	Group         string   `json:"group,omitempty"`
@@ -227,7 +229,7 @@ func NewRunFile(seq int, version string, r Result, m RunMeta) RunFile {
 		sj := ScoredJSON{ID: q.ID, TTFTMs: msPtr(q.TTFT), Status: q.Status, BackendTTFTMs: msPtr(q.BackendTTFT),
 			Backend: q.Backend, PromptChars: q.PromptChars, HitChars: q.HitChars, Group: q.Group}
 		if q.Backend != "" {
-			sj.QueuedMs = msPtr(q.BackendQueued)
+			sj.QueuedMs, sj.LateMs = msPtr(q.BackendQueued), msPtr(q.BackendLate)
 		}
 		f.Scored = append(f.Scored, sj)
 	}
@@ -240,7 +242,7 @@ func (f RunFile) ResultOf() Result {
 	r.Requests = nil
 	for _, q := range f.Scored {
 		r.Requests = append(r.Requests, Scored{ID: q.ID, TTFT: durOf(q.TTFTMs), Status: q.Status, BackendTTFT: durOf(q.BackendTTFTMs),
-			Backend: q.Backend, BackendQueued: durOf(q.QueuedMs), PromptChars: q.PromptChars, HitChars: q.HitChars, Group: q.Group})
+			Backend: q.Backend, BackendQueued: durOf(q.QueuedMs), BackendLate: durOf(q.LateMs), PromptChars: q.PromptChars, HitChars: q.HitChars, Group: q.Group})
 	}
 	return r
 }

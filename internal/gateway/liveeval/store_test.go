@@ -25,9 +25,9 @@ func fullResult(t *testing.T, seed uint64) Result {
 		Wall: 3 * time.Second, Rejected: 1, Admitted: 2, AdmittedAttainment: 1, Degraded: 4,
 		MAPE: map[string]float64{"linear": 0.12}, MAPEN: 50, Active: map[string]int{"gbt": 2},
 		BackendN: 2, BackendMean: 8 * time.Millisecond, BackendP95: 20 * time.Millisecond, BackendP99: 21 * time.Millisecond,
-		BackendQueued: time.Millisecond, BackendAttainment: 0.5,
+		BackendQueued: time.Millisecond, BackendAttainment: 0.5, HostLate: 1,
 		Requests: []Scored{
-			{ID: "le-101", TTFT: 12345678, Status: 200, BackendTTFT: 11111111, Backend: "fast", BackendQueued: 2500000, PromptChars: 4500, HitChars: 4096, Group: "C"},
+			{ID: "le-101", TTFT: 12345678, Status: 200, BackendTTFT: 11111111, Backend: "fast", BackendQueued: 2500000, PromptChars: 4500, HitChars: 4096, Group: "C", BackendLate: 12500000},
 			{ID: "le-102", TTFT: 987654321, Status: 200},
 			{ID: "le-103", Status: 429},
 		},

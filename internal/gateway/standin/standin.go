@@ -91,6 +91,12 @@ type Served struct {
 	// uncached characters and the fixed overhead, as the server paid
 	// them.
 	Queued, TTFT time.Duration
+	// Late is how much longer than its own latency model the server took
+	// to the first token: TTFT less the slot wait and the modelled
+	// prefill and overhead (0 when on time). It is the host's, not the
+	// routing's: a stalled machine, a starved goroutine, a timer that
+	// fired late.
+	Late time.Duration
 	// PromptChars and HitChars: the prompt's length and how much of it
 	// the prefix cache held.
 	PromptChars, HitChars int
@@ -194,12 +200,14 @@ func (s *Server) Served() []Served {
 }
 
 // record notes a request's first token (now).
-func (s *Server) record(id string, arrived, slot time.Time, prompt, hit int) {
+// record notes a request's first token, written now; modelled is what the
+// latency model said it would take from the slot on.
+func (s *Server) record(id string, arrived, slot time.Time, prompt, hit int, modelled time.Duration) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served = append(s.served, Served{ID: id, Arrived: arrived, Queued: slot.Sub(arrived), TTFT: now.Sub(arrived),
-		PromptChars: prompt, HitChars: hit, Backend: s.cfg.Name})
+		Late: max(now.Sub(slot)-modelled, 0), PromptChars: prompt, HitChars: hit, Backend: s.cfg.Name})
 }
 
 // factor is the cost multiplier now: drift over speed.
@@ -386,7 +394,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			"usage": usage(promptTokens, out, hit/4),
 		})
 		_, _ = w.Write(b)
-		s.record(id, arrived, slot, len(p), hit)
+		s.record(id, arrived, slot, len(p), hit, prefill+time.Duration(f*float64(s.cfg.DecodePerToken)*float64(out-1)))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -415,7 +423,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		if i == 0 {
 			// Written and, but for a one-token answer (flushed with its
 			// end below), flushed: the server's part of the TTFT is done.
-			s.record(id, arrived, slot, len(p), hit)
+			s.record(id, arrived, slot, len(p), hit, prefill)
 		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {

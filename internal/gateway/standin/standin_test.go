@@ -222,6 +222,10 @@ func TestServedRecords(t *testing.T) {
 		if r.Queued >= cost {
 			queued++
 		}
+		// Late is what the host added to the model: the rest of the TTFT.
+		if want := max(r.TTFT-r.Queued-cost, 0); r.Late != want {
+			t.Errorf("%s: late %v, want TTFT %v - queued %v - cost %v = %v", r.ID, r.Late, r.TTFT, r.Queued, cost, want)
+		}
 		if r.TTFT < r.Queued+cost || r.TTFT > r.Queued+cost+100*time.Millisecond {
 			t.Errorf("%s: TTFT %v, queued %v: want the queue plus the %v cost (and < 100 ms more)", r.ID, r.TTFT, r.Queued, cost)
 		}
@@ -234,5 +238,27 @@ func TestServedRecords(t *testing.T) {
 	}
 	if queued != 1 {
 		t.Errorf("%d requests waited a whole request for the slot, want 1: %+v", queued, got)
+	}
+}
+
+// TestServedLate: a first token written later than the latency model said
+// is recorded as that lateness — the host's share of the TTFT.
+func TestServedLate(t *testing.T) {
+	s := start(t, Config{Name: "x", Slots: 1})
+	now := time.Now()
+	s.record("late", now.Add(-70*time.Millisecond), now.Add(-60*time.Millisecond), 100, 0, 15*time.Millisecond)
+	s.record("early", now, now, 100, 0, time.Hour)
+	got := s.Served()
+	if len(got) != 2 {
+		t.Fatalf("records %+v", got)
+	}
+	if l := got[0].Late; l < 45*time.Millisecond || l > 45*time.Millisecond+time.Second {
+		t.Errorf("late %v, want about 60 ms in the slot - 15 ms modelled = 45 ms", l)
+	}
+	if got[0].Queued != 10*time.Millisecond {
+		t.Errorf("queued %v, want 10 ms", got[0].Queued)
+	}
+	if got[1].Late != 0 {
+		t.Errorf("a token before its modelled time: late %v, want 0", got[1].Late)
 	}
 }
