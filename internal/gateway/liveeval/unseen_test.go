@@ -77,6 +77,8 @@ func TestUnseenFleets(t *testing.T) {
 	buf.WriteString("\n")
 	vs := CheckPooled(rs, fleets, sched.SLOPredictive, Bootstrap{})
 	FormatPooledVerdicts(&buf, vs, sched.SLOPredictive, Bootstrap{})
+	buf.WriteString("\n")
+	FormatHostLate(&buf, rs)
 	t.Log("\n" + buf.String())
 	for _, v := range vs {
 		if !(v.VsBest.Point <= LimitVsBest) {
