@@ -179,11 +179,11 @@ func ones(n int) []int {
 
 // PairedRatio compares policy a with policy b on the same seeds: a[s][j]
 // and b[s][j] are the TTFTs of seed s's request j under each (NaN where
-// a run lacks it, +Inf where it failed). The ratio is of their pooled q-quantiles; its interval is
-// the percentile bootstrap of that ratio over resamples that draw the
-// seeds with replacement and then (unless opt.SeedsOnly) each drawn
-// seed's requests with replacement, the same draws for both policies. The
-// interval is widened to take in the point estimate where the percentile
+// a run lacks it, +Inf where it failed). The ratio is of their pooled
+// q-quantiles; its interval is the percentile bootstrap of that ratio
+// over resamples that draw the seeds with replacement and then (unless
+// opt.SeedsOnly) each drawn seed's requests with replacement, the same
+// draws for both policies. The interval is widened to take in the point estimate where the percentile
 // interval leaves it out (it can, with few seeds and a skewed tail), so an
 // interval never contradicts its own estimate; that only makes a verdict
 // undecided more often. With one seed and opt.SeedsOnly there is nothing
