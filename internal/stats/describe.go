@@ -35,13 +35,14 @@ func Quantile(sorted []float64, q float64) float64 {
 	if i+1 >= n {
 		return sorted[n-1]
 	}
-	return lerp(sorted[i], sorted[i+1], h-lo)
+	return Lerp(sorted[i], sorted[i+1], h-lo)
 }
 
-// lerp interpolates from a to b by t in [0, 1). Equal ends, or t = 0,
-// give a itself, so that infinite values (an unbounded latency) come
-// through instead of turning into NaN as ∞ − ∞ or 0 × ∞ would.
-func lerp(a, b, t float64) float64 {
+// Lerp interpolates from a to b by t in [0, 1), as a quantile between
+// two order statistics does. Equal ends, or t = 0, give a itself, so that
+// infinite values (an unbounded latency) come through instead of turning
+// into NaN as ∞ − ∞ or 0 × ∞ would.
+func Lerp(a, b, t float64) float64 {
 	if t == 0 || a == b {
 		return a
 	}

@@ -130,11 +130,7 @@ func (p pool) quantile(count []int, q float64) float64 {
 	if i+1 >= n {
 		return p.orderStat(count, n, n-1)
 	}
-	a, b := p.orderStat(count, n, i), p.orderStat(count, n, i+1)
-	if h == lo || a == b {
-		return a // also where b is +Inf (a failed request): no 0 × ∞
-	}
-	return a + (h-lo)*(b-a)
+	return stats.Lerp(p.orderStat(count, n, i), p.orderStat(count, n, i+1), h-lo)
 }
 
 // orderStat is the k-th smallest (from 0) of the n weighted values.
