@@ -166,6 +166,18 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		if i == aff || c.meetP < meetThreshold || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
 			continue
 		}
+		// Not for speed alone into a cache the groups living there fill
+		// (fillLimit), when the home holds most of the prompt and the
+		// destination none of it: the prompt group moves in and evicts a
+		// resident group, whose next requests miss (on the 2× stand-in
+		// fleets, four misses on a slow stand-in make a run's P99), and
+		// then alternates between two caches that each lose it. A home
+		// predicted to miss the SLO still leaves; a mostly unique prompt
+		// (a long document) takes cache wherever it goes; a cache of
+		// unknown size is never full (capacityModel.fill).
+		if slower && a.meetP >= spillBelow && scores[aff] >= 0.5 && scores[i] == 0 && c.b.caps.fill(len(cy.req.Blocks)) > fillLimit {
+			continue
+		}
 		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < cands[to].pred.Mean) {
 			to = i
 		}

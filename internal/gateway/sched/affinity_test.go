@@ -334,3 +334,70 @@ func TestSLOAffinityNewGroupRoom(t *testing.T) {
 		})
 	}
 }
+
+// A request whose home holds most of its prompt leaves that slower home
+// for a backend holding none of it only where the destination's cache
+// has room for it (fillLimit): moved into a full cache, its prompt group
+// evicts the groups living there, whose next requests miss. A
+// destination already holding part of the prompt, a cache of unknown
+// size, a home predicted to miss the SLO and a prompt mostly unique
+// (its home holds under half) are not held back.
+func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	n := len(prompt)
+	group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("resident ", g, " "), 200)) }
+	for _, tt := range []struct {
+		name         string
+		cacheTokens  float64 // the destination's published KV (0: unknown)
+		residents    int     // prompt groups placed on the destination
+		holdsPart    bool    // the destination's index holds the prompt's first half
+		homeQueue    int64   // tokens queued at home (enough: over the SLO)
+		slo          time.Duration
+		want, reason string
+	}{
+		{"room: leaves the slower home", float64(8 * n * DefaultBlockBytes / 4), 1, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), 3, false, 0, 2 * time.Second, "home", ReasonPrefixHit},
+		{"full, holding part: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, true, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home holding under half: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"size unknown: leaves", 0, 3, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home over the SLO: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, 20000, 2 * time.Second, "other", ReasonHeadroom},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			train(bs[0], 200, 0.2, 2e-4, rng) // a much slower home
+			train(bs[1], 200, 0.02, 2e-5, rng)
+			es := UnknownEngineStats()
+			if tt.cacheTokens > 0 {
+				es.CacheTokens = tt.cacheTokens
+			}
+			bs[1].SetEngineStats(es)
+			for g := range tt.residents {
+				blocks := group(g)[:n]
+				bs[1].Prefix().InsertRoot(blocks)
+				bs[1].caps.insertRoot(blocks)
+			}
+			if tt.holdsPart {
+				bs[1].Prefix().Insert(prompt[:n/2])
+				bs[1].caps.insert(prompt[:n/2])
+			}
+			if strings.Contains(tt.name, "under half") {
+				bs[0].Prefix().Insert(prompt[:2*n/5])
+			} else {
+				bs[0].Prefix().Insert(prompt)
+			}
+			bs[0].queuedTokens.Add(tt.homeQueue)
+			s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: 1, Explore: -1}, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: tt.slo})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s; destination fill %.2f), want %s (%s)", tk.Backend.Name(), tk.Reason, bs[1].caps.fill(n), tt.want, tt.reason)
+			}
+		})
+	}
+}
