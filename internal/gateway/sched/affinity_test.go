@@ -39,14 +39,7 @@ func TestSLOAffinityPicker(t *testing.T) {
 			bs[0].Prefix().Insert(prompt)
 			bs[0].queuedTokens.Add(tt.homeQueue)
 			bs[1].queuedTokens.Add(tt.otherQueue)
-			s, err := New(Options{Policy: SLOPredictive, Now: clk.now, Seed: 1, Explore: -1}, bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: tt.slo})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tk := pickPrompt(t, bs, clk.now, prompt, tt.slo)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
 				t.Errorf("picked %s (%s, predicted %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tt.want, tt.reason)
 			}
@@ -77,14 +70,7 @@ func TestSLOAffinitySpillWithinReach(t *testing.T) {
 			bs[0].Prefix().Insert(prompt)
 			bs[1].inFlight.Store(tt.inFlight)
 			bs[1].noteReach(tt.reach)
-			s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: 1, Explore: -1}, bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tk := pickPrompt(t, bs, newClock().now, prompt, 2*time.Second)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
 				t.Errorf("picked %s (%s), want %s (%s)", tk.Backend.Name(), tk.Reason, tt.want, tt.reason)
 			}
@@ -387,17 +373,25 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 				bs[0].Prefix().Insert(prompt)
 			}
 			bs[0].queuedTokens.Add(tt.homeQueue)
-			s, err := New(Options{Policy: SLOPredictive, Now: newClock().now, Seed: 1, Explore: -1}, bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: tt.slo})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tk := pickPrompt(t, bs, newClock().now, prompt, tt.slo)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
 				t.Errorf("picked %s (%s; destination fill %.2f), want %s (%s)", tk.Backend.Name(), tk.Reason, bs[1].caps.fill(n), tt.want, tt.reason)
 			}
 		})
 	}
+}
+
+// pickPrompt asks a fresh slo-predictive scheduler over bs (seeded, no
+// exploration) where a 600-token request for prompt goes.
+func pickPrompt(t *testing.T, bs []*Backend, now func() time.Time, prompt []uint64, slo time.Duration) *Ticket {
+	t.Helper()
+	s, err := New(Options{Policy: SLOPredictive, Now: now, Seed: 1, Explore: -1}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := s.Pick(&Request{Model: "m", PromptTokens: 600, Blocks: prompt, SLO: slo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }
