@@ -81,6 +81,9 @@ func TestSimulatorRestartEmptiesPrefixIndex(t *testing.T) {
 
 	addr := strings.TrimPrefix(sv.URL(), "http://")
 	sv.Close()
+	// A pooled keep-alive connection to the old process would carry the
+	// next POST to a closed socket (EOF; a POST is not retried).
+	http.DefaultClient.CloseIdleConnections()
 	sv2 := startSim(t, ctx, addr)
 	defer sv2.Close()
 	send(sv2.URL()) // fewer tokens queried than before the restart
