@@ -337,16 +337,17 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 		cacheTokens  float64 // the destination's published KV (0: unknown)
 		residents    int     // prompt groups placed on the destination
 		holdsPart    bool    // the destination's index holds the prompt's first half
+		homeUnder    bool    // the home's index holds only the prompt's first 2/5
 		homeQueue    int64   // tokens queued at home (enough: over the SLO)
 		slo          time.Duration
 		want, reason string
 	}{
-		{"room: leaves the slower home", float64(8 * n * DefaultBlockBytes / 4), 1, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), 3, false, 0, 2 * time.Second, "home", ReasonPrefixHit},
-		{"full, holding part: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, true, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full, home holding under half: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"size unknown: leaves", 0, 3, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full, home over the SLO: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, 20000, 2 * time.Second, "other", ReasonHeadroom},
+		{"room: leaves the slower home", float64(8 * n * DefaultBlockBytes / 4), 1, false, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 0, 2 * time.Second, "home", ReasonPrefixHit},
+		{"full, holding part: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, true, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home holding under half: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, true, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"size unknown: leaves", 0, 3, false, false, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home over the SLO: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 20000, 2 * time.Second, "other", ReasonHeadroom},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bs := backends("home", "other")
@@ -367,7 +368,7 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 				bs[1].Prefix().Insert(prompt[:n/2])
 				bs[1].caps.insert(prompt[:n/2])
 			}
-			if strings.Contains(tt.name, "under half") {
+			if tt.homeUnder {
 				bs[0].Prefix().Insert(prompt[:2*n/5])
 			} else {
 				bs[0].Prefix().Insert(prompt)
