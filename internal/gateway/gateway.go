@@ -91,6 +91,10 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// checked is closed when the first round of health checks and
+	// engine-metric scrapes has ended (at once when checks are off):
+	// Serve waits for it (firstCheckWait).
+	checked chan struct{}
 
 	// otm: the gen_ai.server.* metrics (otelmetrics.go).
 	otm *telemetry.GenAIServerMetrics
@@ -191,6 +195,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.checked = make(chan struct{})
 	g.wg.Add(1)
 	go g.healthLoop()
 	if g.shared != nil {
@@ -383,6 +388,21 @@ func (g *Gateway) authenticate(st *state, r *http.Request) (*ClientKey, int, str
 	return ck, 0, ""
 }
 
+// firstCheckWait waits until the first round of health checks has ended,
+// ctx ends, or the health timeout (plus a second's slack) has passed,
+// whichever is first: a check that hangs past its timeout does not keep
+// the gateway from serving.
+func (g *Gateway) firstCheckWait(ctx context.Context) {
+	t := time.NewTimer(g.st.Load().cfg.Health.Timeout.Std() + time.Second)
+	defer t.Stop()
+	select {
+	case <-g.checked:
+	case <-ctx.Done():
+	case <-g.ctx.Done():
+	case <-t.C:
+	}
+}
+
 // ListenAndServe serves the gateway on addr until ctx ends, then shuts down
 // gracefully (in-flight streams get up to 30 s to finish).
 func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
@@ -397,7 +417,16 @@ func (g *Gateway) ListenAndServe(ctx context.Context, addr string) error {
 // HTTP/1.1 server (httpx.Server) or, with Options.HTTPServer "net/http",
 // Go's (httpx.ServeStd), with limits.header_timeout and (for writes to
 // clients) limits.idle_stream_timeout as they are when it starts.
+//
+// It takes the first connection once the first round of health checks
+// has ended (at most the health timeout after New, firstCheckWait), so
+// that the first requests see what that round learnt: the models of a
+// backend configured without a list (an OpenAI client lists them before
+// anything else), and the KV capacity and queue each engine publishes on
+// its metrics, by which the scheduler places new prompt groups (sched,
+// tiedBetter). Connections made meanwhile wait in the listener's backlog.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	g.firstCheckWait(ctx)
 	lim := g.st.Load().cfg.Limits
 	o := httpx.ServerOptions{
 		HeaderTimeout:  lim.HeaderTimeout.Std(),

@@ -20,11 +20,16 @@ import (
 func (g *Gateway) healthLoop() {
 	defer g.wg.Done()
 	fails := map[string]int{}
+	first := true
 	for {
 		st := g.st.Load()
 		hc := st.cfg.Health
 		if !hc.Disabled {
 			g.checkAll(st, fails)
+		}
+		if first {
+			close(g.checked)
+			first = false
 		}
 		select {
 		case <-g.ctx.Done():

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +82,115 @@ func TestEngineCacheScraped(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("gateway /metrics lacks %q", want)
 		}
+	}
+}
+
+// The first request waits for the first round of health checks and
+// metric scrapes: on a cold start the scheduler then knows each engine's
+// published KV capacity before it places a prompt group (Serve). The
+// backend answers its health check late, and counts whether its metrics
+// had been read when the first chat request reached it.
+func TestFirstRequestAfterFirstScrape(t *testing.T) {
+	fb := newFakeBackend(t, "a", 2)
+	var scraped, firstSawScrape, chats atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			time.Sleep(300 * time.Millisecond)
+			return
+		case "/metrics":
+			scraped.Store(1)
+			io.WriteString(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"100\"} 1\n")
+			return
+		}
+		if chats.Add(1) == 1 {
+			firstSawScrape.Store(scraped.Load())
+		}
+		fb.serve(w, r)
+	}))
+	defer srv.Close()
+	cfg := Config{
+		Policy: "slo-predictive",
+		Health: Health{Path: "/health", Interval: Duration(time.Minute)},
+		Backends: []BackendConfig{{
+			Name: "a", URL: srv.URL, API: "openai", Models: []string{"m"}, MetricsURL: srv.URL + "/metrics",
+		}},
+	}
+	g, url := startGateway(t, cfg, Options{})
+	resp := post(t, url, "/v1/chat/completions", chatBody("m", true, "hello"), nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if firstSawScrape.Load() != 1 {
+		t.Error("the first request reached the backend before the gateway had read its metrics")
+	}
+	if got := g.Scheduler().Backends()[0].EngineCache().Tokens; got != 1600 {
+		t.Errorf("engine cache %v tokens, want 1600", got)
+	}
+}
+
+// A health check that hangs delays serving by no more than its timeout.
+func TestHangingHealthCheckDoesNotBlockServing(t *testing.T) {
+	fb := newFakeBackend(t, "a", 2)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		fb.serve(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := Config{
+		Policy: "round-robin",
+		Health: Health{Path: "/health", Interval: Duration(time.Minute), Timeout: Duration(100 * time.Millisecond)},
+		Backends: []BackendConfig{{Name: "a", URL: srv.URL, API: "openai", Models: []string{"m"}}},
+	}
+	_, url := startGateway(t, cfg, Options{})
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("m", true, "hello")))
+	if err != nil {
+		t.Fatalf("first request with a hanging health check (timeout 100 ms): %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// A client's first request sees what the first health round learnt: the
+// models a backend configured without a model list serves (an OpenAI
+// client lists models before it sends anything).
+func TestFirstModelListAfterFirstCheck(t *testing.T) {
+	fb := newFakeBackend(t, "a", 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		fb.serve(w, r)
+	}))
+	defer srv.Close()
+	cfg := Config{
+		Policy:   "round-robin",
+		Health:   Health{Path: "/health", Interval: Duration(time.Minute)},
+		Backends: []BackendConfig{{Name: "a", URL: srv.URL, API: "openai"}},
+	}
+	_, url := startGateway(t, cfg, Options{})
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"id":"m"`) {
+		t.Errorf("first /v1/models answer %s, want the backend's model m", body)
 	}
 }
