@@ -3,8 +3,11 @@ package liveeval
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +49,10 @@ func unseenFleets() []Fleet {
 // estimate; the interval is printed). Opt-in, since it takes minutes:
 //
 //	LIVEEVAL_UNSEEN=6 go test ./internal/gateway/liveeval -run TestUnseenFleets -v -timeout 30m
+//
+// LIVEEVAL_UNSEEN_FLEETS and LIVEEVAL_UNSEEN_POLICIES (comma-separated)
+// run fewer, for comparing two builds side by side; the verdicts then
+// compare the default with the single signals among those run.
 func TestUnseenFleets(t *testing.T) {
 	seeds := 0
 	if v := os.Getenv("LIVEEVAL_UNSEEN"); v != "" {
@@ -59,7 +66,17 @@ func TestUnseenFleets(t *testing.T) {
 		t.Skip("LIVEEVAL_UNSEEN gives no number of seeds")
 	}
 	fleets := unseenFleets()
+	if v := os.Getenv("LIVEEVAL_UNSEEN_FLEETS"); v != "" {
+		want := strings.Split(v, ",")
+		fleets = slices.DeleteFunc(fleets, func(f Fleet) bool { return !slices.Contains(want, f.Name) })
+		if len(fleets) == 0 {
+			t.Fatalf("LIVEEVAL_UNSEEN_FLEETS=%q names none of the unseen fleets", v)
+		}
+	}
 	pols := []string{sched.RoundRobin, sched.LeastOutstanding, sched.PrefixAffinity, sched.SLOPredictive}
+	if v := os.Getenv("LIVEEVAL_UNSEEN_POLICIES"); v != "" {
+		pols = strings.Split(v, ",")
+	}
 	var rs []Result
 	for _, f := range fleets {
 		for seed := uint64(1); seed <= uint64(seeds); seed++ {
@@ -81,6 +98,9 @@ func TestUnseenFleets(t *testing.T) {
 	FormatHostLate(&buf, rs)
 	t.Log("\n" + buf.String())
 	for _, v := range vs {
+		if math.IsNaN(v.VsBest.Point) && os.Getenv("LIVEEVAL_UNSEEN_POLICIES") != "" {
+			continue // no single signal was run
+		}
 		if !(v.VsBest.Point <= LimitVsBest) {
 			t.Errorf("%s: the default's pooled P99 is %s of %s's", v.Fleet, FormatInterval(v.VsBest), v.Best)
 		}
