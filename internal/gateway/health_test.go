@@ -148,8 +148,8 @@ func TestHangingHealthCheckDoesNotBlockServing(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	cfg := Config{
-		Policy: "round-robin",
-		Health: Health{Path: "/health", Interval: Duration(time.Minute), Timeout: Duration(100 * time.Millisecond)},
+		Policy:   "round-robin",
+		Health:   Health{Path: "/health", Interval: Duration(time.Minute), Timeout: Duration(100 * time.Millisecond)},
 		Backends: []BackendConfig{{Name: "a", URL: srv.URL, API: "openai", Models: []string{"m"}}},
 	}
 	_, url := startGateway(t, cfg, Options{})
