@@ -382,6 +382,37 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 	}
 }
 
+// A request no backend is predicted to serve within its SLO goes where it
+// is predicted fastest when its home holds less than half of its prompt
+// (a long document after a group's instructions), and stays home when
+// the home holds most of it or is not much slower.
+func TestSLOAffinityMissEverywhere(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	n := len(prompt)
+	for _, tt := range []struct {
+		name             string
+		homeHolds        int     // leading blocks of the prompt in the home's index
+		homeBase, homeTk float64 // the home's prediction: base and per-token slope
+		want, reason     string
+	}{
+		{"under half at a slow home: fastest", 2 * n / 5, 0.2, 2e-4, "other", ReasonNoHeadroom},
+		{"most of it at a slow home: stays", n, 0.2, 2e-4, "home", ReasonPrefixHit},
+		{"under half at a home as fast: stays", 2 * n / 5, 0.02, 2e-5, "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			train(bs[0], 200, tt.homeBase, tt.homeTk, rng)
+			train(bs[1], 200, 0.02, 2e-5, rng)
+			bs[0].Prefix().Insert(prompt[:tt.homeHolds])
+			tk := pickPrompt(t, bs, newClock().now, prompt, time.Millisecond) // met nowhere
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s, predicted %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
 // pickPrompt asks a fresh slo-predictive scheduler over bs (seeded, no
 // exploration) where a 600-token request for prompt goes.
 func pickPrompt(t *testing.T, bs []*Backend, now func() time.Time, prompt []uint64, slo time.Duration) *Ticket {
