@@ -194,3 +194,26 @@ func TestFirstModelListAfterFirstCheck(t *testing.T) {
 		t.Errorf("first /v1/models answer %s, want the backend's model m", body)
 	}
 }
+
+// Serve's wait for the first round is bounded by the health timeout even
+// when the round never ends (a check stuck past its own deadline).
+func TestFirstCheckWaitBounded(t *testing.T) {
+	g, err := New(Config{
+		Policy:   "round-robin",
+		Health:   Health{Path: "/health", Interval: Duration(time.Minute), Timeout: Duration(50 * time.Millisecond)},
+		Backends: []BackendConfig{{Name: "a", URL: "http://127.0.0.1:1", API: "openai", Models: []string{"m"}}},
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	<-g.checked                     // the real round; the health loop no longer touches the field
+	g.checked = make(chan struct{}) // a round that never ends
+	done := make(chan struct{})
+	go func() { g.firstCheckWait(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("firstCheckWait still waiting 10 s into a round that never ends (health timeout 50 ms)")
+	}
+}
