@@ -292,9 +292,18 @@ func (a *attempt) translateWhole(x *exchange, resp *http.Response, whole []byte,
 		return nil, &attemptError{status: http.StatusBadGateway, msg: fmt.Sprintf("backend %s's answer could not be translated to the %s API: %v", a.u.cfg.Name, x.api.Provider(), err)}
 	}
 	if resp.StatusCode == http.StatusOK {
-		x.usageFrom(whole)
+		a.usageFrom(x, whole)
 	}
 	return translated, nil
+}
+
+// usageFrom reads a whole answer's usage (exchange.usageFrom) and hands
+// the scheduler the cached prompt tokens it reports, if it does.
+func (a *attempt) usageFrom(x *exchange, body []byte) {
+	x.usageFrom(body)
+	if x.inUsage > 0 && bytes.Contains(body, kCachedTok) {
+		a.t.ObserveCached(intAfter(body, kCachedTok), x.inUsage)
+	}
 }
 
 // commit answers the client with the backend's status and headers (less
@@ -341,7 +350,7 @@ func (a *attempt) relayWhole(x *exchange, body io.Reader, first []byte, rerr err
 	}
 	o := a.writeOutcome(x, werr)
 	if x.status == http.StatusOK {
-		x.usageFrom(first)
+		a.usageFrom(x, first)
 	}
 	a.t.End(o)
 	return nil
@@ -393,6 +402,9 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 				}
 				if si.input > 0 {
 					x.inTokens, x.inUsage = si.input, si.input
+				}
+				if si.hasCached {
+					a.t.ObserveCached(si.cached, si.input)
 				}
 				done = done || si.done
 				sawError = sawError || si.errEv

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -215,5 +217,41 @@ func TestFirstCheckWaitBounded(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("firstCheckWait still waiting 10 s into a round that never ends (health timeout 50 ms)")
+	}
+}
+
+// End to end over loopback: a stand-in that publishes no metrics, asked
+// for whole (not streamed) answers, so that no TTFT is observed either.
+// The cached tokens each answer's usage reports are the only evidence of
+// its cache, and from them the gateway learns a capacity within a factor
+// of two of the stand-in's 100 blocks (without them it believes the
+// whole index: CacheCapacity 0).
+func TestCacheCapacityFromReportedCachedTokens(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sv, err := standin.Start(ctx, standin.Config{Name: "a", CacheBlocks: 100, BlockChars: 256, NoMetrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Policy:   "slo-predictive",
+		Health:   Health{Path: "/health", Interval: Duration(time.Minute)},
+		Backends: []BackendConfig{{Name: "a", URL: sv.URL(), API: "openai", Models: []string{"standin"}}},
+	}
+	g, url := startGateway(t, cfg, Options{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 64 {
+		// One of 24 groups' 4 KiB prefix, then 1 KiB of its own.
+		prefix := strings.Repeat(fmt.Sprintf("group %02d says. ", rng.IntN(24)), 4096/16)
+		prompt := prefix + strings.Repeat(fmt.Sprintf("unique %06d. ", i), 1024/15)
+		resp := post(t, url, "/v1/chat/completions", chatBody("standin", false, prompt), nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if got := g.Scheduler().Backends()[0].CacheCapacity(); got != 64 && got != 128 {
+		t.Errorf("believed capacity %d blocks after 64 answers, want 64 or 128 (the stand-in holds 100)", got)
 	}
 }

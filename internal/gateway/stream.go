@@ -103,6 +103,11 @@ type streamInfo struct {
 	errEv  bool
 	output int
 	input  int // prompt tokens by the backend's usage, when the event carries it
+	// cached is how many of them the backend's prefix cache held (OpenAI
+	// usage's prompt_tokens_details.cached_tokens) when hasCached: the
+	// event says (0 is a miss).
+	cached    int
+	hasCached bool
 }
 
 var (
@@ -119,6 +124,7 @@ var (
 	kOutTok    = []byte(`"output_tokens":`)
 	kPromptTok = []byte(`"prompt_tokens":`)
 	kInTok     = []byte(`"input_tokens":`)
+	kCachedTok = []byte(`"cached_tokens":`)
 	kID        = []byte(`"id":"`)
 	kModel     = []byte(`"model":"`)
 )
@@ -146,6 +152,9 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		si.errEv = bytes.Contains(ev, kErrField)
 		si.output = intAfter(ev, kCompTok)
 		si.input = intAfter(ev, kPromptTok)
+		if si.input > 0 && bytes.Contains(ev, kCachedTok) {
+			si.cached, si.hasCached = intAfter(ev, kCachedTok), true
+		}
 	}
 	return si
 }

@@ -99,6 +99,8 @@ func TestClassify(t *testing.T) {
 		{`data: {"choices":[{"text":"x"}]}` + "\n\n", false, streamInfo{token: true}},
 		{`data: {"choices":[{"delta":{"reasoning_content":"hmm"}}]}` + "\n\n", false, streamInfo{token: true}},
 		{`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":42}}` + "\n\n", false, streamInfo{output: 42, input: 5}},
+		{`data: {"choices":[],"usage":{"prompt_tokens":500,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":384}}}` + "\n\n", false, streamInfo{output: 4, input: 500, cached: 384, hasCached: true}},
+		{`data: {"choices":[],"usage":{"prompt_tokens":500,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":0}}}` + "\n\n", false, streamInfo{output: 4, input: 500, hasCached: true}},
 		{"data: [DONE]\n\n", false, streamInfo{done: true}},
 		{`data: {"error":{"message":"x"}}` + "\n\n", false, streamInfo{errEv: true}},
 		{"event: content_block_delta\ndata: {}\n\n", true, streamInfo{token: true}},

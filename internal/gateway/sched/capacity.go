@@ -31,7 +31,11 @@ import (
 // one holding it, also before any TTFT), and the prefix-cache hit rate it
 // counted between two scrapes is scored against the hit rate each
 // candidate predicted for the requests sent in that interval, an error
-// added to the TTFT models' (observeHitRate).
+// added to the TTFT models' (observeHitRate). Where a backend reports in
+// each answer how many prompt tokens its cache held (usage's cached
+// tokens), that share is scored against each candidate's prediction for
+// the request (observeCached): the same evidence without a metrics
+// endpoint, and free of a scrape window's approximate edges.
 type capacityModel struct {
 	mu   sync.Mutex
 	sets [nCap]*PrefixIndex
@@ -58,6 +62,11 @@ type capacityModel struct {
 	winHit    [nCap]atomic.Int64
 	hitErr    [nCap]float64
 	nHit      int
+	// reqErr: each candidate's mean absolute error of the hit share
+	// backends report request by request (observeCached; EWMA, under mu),
+	// over nReq requests.
+	reqErr [nCap]float64
+	nReq   int
 }
 
 // hitMinWindows is how many scrape windows of hit-rate evidence count as
@@ -274,16 +283,43 @@ func (m *capacityModel) observeHitRate(rate float64) {
 	m.choose()
 }
 
+// observeCached scores each candidate's predicted hit share of one
+// request (its uncached tokens u of prompt, at dispatch) against the share
+// the backend reported cached. It is the engine's hit rate
+// (observeHitRate) one request at a time, kept apart from it: a scrape
+// window's error is approximate where the window ends, and single
+// requests must be many before they outweigh it (capacityMinSamples, as
+// TTFTs). The backend counts hits in its own blocks and tokens, the index
+// in its own, an error every candidate shares.
+func (m *capacityModel) observeCached(u [nCap]int64, prompt int64, share float64) {
+	if prompt <= 0 || !(share >= 0 && share <= 1) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	const alpha = 0.1
+	for i := range nCap {
+		e := math.Abs(1 - float64(u[i])/float64(prompt) - share)
+		if m.nReq == 0 {
+			m.reqErr[i] = e
+		} else {
+			m.reqErr[i] += alpha * (e - m.reqErr[i])
+		}
+	}
+	m.nReq++
+	m.choose()
+}
+
 // choose believes the candidate with the least error, summing the TTFT
-// models' mean absolute log error and the hit-rate error, each once it
-// has enough samples (both are relative: 0.1 is a TTFT 10 % off, or a hit
-// rate 10 points off), among the candidates the engine's published KV
+// models' mean absolute log error, the engine's hit-rate error and the
+// reported hit shares' error, each once it has enough samples (all are
+// relative: 0.1 is a TTFT 10 % off, or a hit rate 10 points off), among the candidates the engine's published KV
 // capacity allows. Called with mu held.
 func (m *capacityModel) choose() {
 	top := m.maxCandidate()
-	useTTFT, useHits := m.n >= capacityMinSamples, m.nHit >= hitMinWindows
+	useTTFT, useHits, useReqs := m.n >= capacityMinSamples, m.nHit >= hitMinWindows, m.nReq >= capacityMinSamples
 	cur := int(m.active.Load())
-	if !useTTFT && !useHits {
+	if !useTTFT && !useHits && !useReqs {
 		// No evidence yet: the largest candidate the engine allows.
 		if cur > top || (cur == nCap-1 && top < nCap-1) {
 			m.active.Store(int32(top))
@@ -297,6 +333,9 @@ func (m *capacityModel) choose() {
 		}
 		if useHits {
 			s += m.hitErr[i]
+		}
+		if useReqs {
+			s += m.reqErr[i]
 		}
 		return s
 	}

@@ -220,3 +220,49 @@ func TestEngineHitWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityLearntFromReportedHits: the same engines, but no TTFT is
+// ever observed (answers not streamed, say); the only evidence is the
+// cached tokens each answer's usage reports (Ticket.ObserveCached). The
+// scheduler believes a capacity within a factor of two of the engine's
+// as it does from TTFTs; without the reports it keeps the whole index.
+func TestCapacityLearntFromReportedHits(t *testing.T) {
+	for _, tt := range capacityCases {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			b := NewBackend(BackendSpec{Name: "a"})
+			s := mustNew(t, SLOPredictive, clk, []*Backend{b})
+			engine := lru.NewSet[uint64](tt.engine)
+			rng := rand.New(rand.NewPCG(5, 6))
+			var prefixes []string
+			for g := range 24 {
+				prefixes = append(prefixes, strings.Repeat(fmt.Sprintf("group %02d ", g), 16*DefaultBlockBytes/9+1)[:16*DefaultBlockBytes])
+			}
+			const requests = 64
+			for i := range requests {
+				text := groupPrompt(rng, prefixes, i)
+				h := NewBlockHasher(DefaultBlockBytes)
+				h.Text(text)
+				blocks := h.Hashes()
+				prompt := len(text) / 4
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: prompt, Blocks: blocks})
+				if err != nil {
+					t.Fatal(err)
+				}
+				hit := 0
+				for hit < len(blocks) && engine.Contains(blocks[hit]) {
+					hit++
+				}
+				for _, h := range slices.Backward(blocks) {
+					engine.Touch(h)
+				}
+				clk.add(time.Millisecond)
+				tk.ObserveCached(hit*DefaultBlockBytes/4, prompt)
+				tk.End(OutcomeOK)
+			}
+			if got := b.CacheCapacity(); !slices.Contains(tt.want, got) {
+				t.Errorf("after %d requests: believed capacity %d blocks, want one of %v", requests, got, tt.want)
+			}
+		})
+	}
+}

@@ -217,9 +217,11 @@ type Ticket struct {
 	probe    bool
 	// capU and capWork: each cache-capacity candidate's uncached tokens
 	// and predicted work for this request (capacityModel), when caps.
-	caps    bool
-	capU    [nCap]int64
-	capWork [nCap]float64
+	caps bool
+	capU [nCap]int64
+	// capPrompt is the prompt's tokens as capU counts them.
+	capPrompt int64
+	capWork   [nCap]float64
 	// adm: admitted by Request.Admit; its first token is the route's
 	// admission feedback (admit_feedback.go).
 	adm admission
@@ -316,6 +318,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	if s.profile.predictive {
 		t.caps = true
 		t.capU = c.b.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)
+		t.capPrompt = int64(req.PromptTokens)
 		t.capWork = c.b.caps.dispatched(t.capU)
 		if root {
 			c.b.caps.insertRoot(req.Blocks)
@@ -414,6 +417,20 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 		}
 	}
 	return ttft
+}
+
+// ObserveCached records how many of the prompt's tokens the backend
+// reported it took from its prefix cache (its usage's cached tokens, of
+// prompt tokens by its own count), where it reports them: per-request
+// evidence of what its cache holds, which the cache-capacity model
+// scores each candidate's prediction against (capacityModel.
+// observeCached). Backends that publish no metrics are learnt this way
+// within a few requests of their first evictions, not only from TTFTs.
+func (t *Ticket) ObserveCached(cached, prompt int) {
+	if !t.caps || prompt <= 0 || cached < 0 || cached > prompt {
+		return
+	}
+	t.Backend.caps.observeCached(t.capU, t.capPrompt, float64(cached)/float64(prompt))
 }
 
 // End finishes the request. It is idempotent.
