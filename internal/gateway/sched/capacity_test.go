@@ -39,35 +39,13 @@ func TestCapacityLearnt(t *testing.T) {
 			clk := newClock()
 			b := NewBackend(BackendSpec{Name: "a"})
 			s := mustNew(t, SLOPredictive, clk, []*Backend{b}) // policies that route by predictions learn it
-			engine := lru.NewSet[uint64](tt.engine)
-			rng := rand.New(rand.NewPCG(5, 6))
-			var prefixes []string
-			for g := range 24 {
-				prefixes = append(prefixes, strings.Repeat(fmt.Sprintf("group %02d ", g), 16*DefaultBlockBytes/9+1)[:16*DefaultBlockBytes])
-			}
 			const requests = 64
-			for i := range requests {
-				text := prefixes[rng.IntN(len(prefixes))] + strings.Repeat(fmt.Sprintf("unique %06d ", i), 4*DefaultBlockBytes/14+1)[:4*DefaultBlockBytes]
-				h := NewBlockHasher(DefaultBlockBytes) // one block ≈ BlockTokens tokens
-				h.Text(text)
-				blocks := h.Hashes()
-				prompt := len(text) / 4
-				tk, err := s.Pick(&Request{Model: "m", PromptTokens: prompt, Blocks: blocks})
-				if err != nil {
-					t.Fatal(err)
-				}
-				hit := 0
-				for hit < len(blocks) && engine.Contains(blocks[hit]) {
-					hit++
-				}
-				for _, h := range slices.Backward(blocks) {
-					engine.Touch(h)
-				}
-				uncached := prompt - hit*DefaultBlockBytes/4
-				clk.add(time.Millisecond + time.Duration(uncached)*20*time.Microsecond)
-				tk.FirstToken()
-				tk.End(OutcomeOK)
-			}
+			serveFromLRU(t, s, lru.NewSet[uint64](tt.engine), rand.New(rand.NewPCG(5, 6)), groupPrefixes(), requests,
+				func(tk *Ticket, _, prompt, hitTokens int) {
+					clk.add(time.Millisecond + time.Duration(prompt-hitTokens)*20*time.Microsecond)
+					tk.FirstToken()
+					tk.End(OutcomeOK)
+				})
 			if got := b.CacheCapacity(); !slices.Contains(tt.want, got) {
 				t.Errorf("after %d requests: believed capacity %d blocks, want one of %v", requests, got, tt.want)
 			}
@@ -79,6 +57,33 @@ func TestCapacityLearnt(t *testing.T) {
 // then 4 blocks of its own.
 func groupPrompt(rng *rand.Rand, prefixes []string, i int) string {
 	return prefixes[rng.IntN(len(prefixes))] + strings.Repeat(fmt.Sprintf("unique %06d ", i), 4*DefaultBlockBytes/14+1)[:4*DefaultBlockBytes]
+}
+
+// serveFromLRU sends n requests (groupPrompt over prefixes) to s, each
+// served by engine, a block-LRU cache standing for the backend's, and
+// hands then to answer with the ticket, the request's index, its prompt
+// tokens and how many of them engine held.
+func serveFromLRU(t *testing.T, s *Scheduler, engine *lru.Set[uint64], rng *rand.Rand, prefixes []string, n int, answer func(tk *Ticket, i, prompt, hitTokens int)) {
+	t.Helper()
+	for i := range n {
+		text := groupPrompt(rng, prefixes, i)
+		h := NewBlockHasher(DefaultBlockBytes) // one block ≈ BlockTokens tokens
+		h.Text(text)
+		blocks := h.Hashes()
+		prompt := len(text) / 4
+		tk, err := s.Pick(&Request{Model: "m", PromptTokens: prompt, Blocks: blocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hit := 0
+		for hit < len(blocks) && engine.Contains(blocks[hit]) {
+			hit++
+		}
+		for _, h := range slices.Backward(blocks) {
+			engine.Touch(h)
+		}
+		answer(tk, i, prompt, hit*DefaultBlockBytes/4)
+	}
 }
 
 func groupPrefixes() []string {
@@ -111,29 +116,14 @@ func TestCapacityFromEngineHits(t *testing.T) {
 			}
 			scrape()
 			const requests = 64
-			for i := range requests {
-				text := groupPrompt(rng, prefixes, i)
-				h := NewBlockHasher(DefaultBlockBytes)
-				h.Text(text)
-				blocks := h.Hashes()
-				tk, err := s.Pick(&Request{Model: "m", PromptTokens: len(text) / 4, Blocks: blocks})
-				if err != nil {
-					t.Fatal(err)
-				}
-				hit := 0
-				for hit < len(blocks) && engine.Contains(blocks[hit]) {
-					hit++
-				}
-				for _, h := range slices.Backward(blocks) {
-					engine.Touch(h)
-				}
-				queries += float64(len(text) / 4)
-				hits += float64(hit * DefaultBlockBytes / 4)
+			serveFromLRU(t, s, engine, rng, prefixes, requests, func(tk *Ticket, i, prompt, hitTokens int) {
+				queries += float64(prompt)
+				hits += float64(hitTokens)
 				tk.End(OutcomeOK) // no first token: no TTFT evidence
 				if i%8 == 7 {
 					scrape()
 				}
-			}
+			})
 			if got := b.CacheCapacity(); !slices.Contains(tt.want, got) {
 				t.Errorf("after %d requests: believed capacity %d blocks, want one of %v", requests, got, tt.want)
 			}
@@ -232,34 +222,13 @@ func TestCapacityLearntFromReportedHits(t *testing.T) {
 			clk := newClock()
 			b := NewBackend(BackendSpec{Name: "a"})
 			s := mustNew(t, SLOPredictive, clk, []*Backend{b})
-			engine := lru.NewSet[uint64](tt.engine)
-			rng := rand.New(rand.NewPCG(5, 6))
-			var prefixes []string
-			for g := range 24 {
-				prefixes = append(prefixes, strings.Repeat(fmt.Sprintf("group %02d ", g), 16*DefaultBlockBytes/9+1)[:16*DefaultBlockBytes])
-			}
 			const requests = 64
-			for i := range requests {
-				text := groupPrompt(rng, prefixes, i)
-				h := NewBlockHasher(DefaultBlockBytes)
-				h.Text(text)
-				blocks := h.Hashes()
-				prompt := len(text) / 4
-				tk, err := s.Pick(&Request{Model: "m", PromptTokens: prompt, Blocks: blocks})
-				if err != nil {
-					t.Fatal(err)
-				}
-				hit := 0
-				for hit < len(blocks) && engine.Contains(blocks[hit]) {
-					hit++
-				}
-				for _, h := range slices.Backward(blocks) {
-					engine.Touch(h)
-				}
-				clk.add(time.Millisecond)
-				tk.ObserveCached(hit*DefaultBlockBytes/4, prompt)
-				tk.End(OutcomeOK)
-			}
+			serveFromLRU(t, s, lru.NewSet[uint64](tt.engine), rand.New(rand.NewPCG(5, 6)), groupPrefixes(), requests,
+				func(tk *Ticket, _, prompt, hitTokens int) {
+					clk.add(time.Millisecond)
+					tk.ObserveCached(hitTokens, prompt)
+					tk.End(OutcomeOK)
+				})
 			if got := b.CacheCapacity(); !slices.Contains(tt.want, got) {
 				t.Errorf("after %d requests: believed capacity %d blocks, want one of %v", requests, got, tt.want)
 			}
