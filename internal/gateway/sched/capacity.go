@@ -313,8 +313,9 @@ func (m *capacityModel) observeCached(u [nCap]int64, prompt int64, share float64
 // choose believes the candidate with the least error, summing the TTFT
 // models' mean absolute log error, the engine's hit-rate error and the
 // reported hit shares' error, each once it has enough samples (all are
-// relative: 0.1 is a TTFT 10 % off, or a hit rate 10 points off), among the candidates the engine's published KV
-// capacity allows. Called with mu held.
+// relative: 0.1 is a TTFT 10 % off, or a hit rate 10 points off), among
+// the candidates the engine's published KV capacity allows. Called with
+// mu held.
 func (m *capacityModel) choose() {
 	top := m.maxCandidate()
 	useTTFT, useHits, useReqs := m.n >= capacityMinSamples, m.nHit >= hitMinWindows, m.nReq >= capacityMinSamples

@@ -65,6 +65,7 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 	if t.caps {
 		n.caps = true
 		n.capU = to.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)
+		n.capPrompt = int64(req.PromptTokens)
 		n.capWork = to.caps.dispatched(n.capU)
 		to.caps.insert(req.Blocks)
 	}

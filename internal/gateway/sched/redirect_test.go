@@ -149,3 +149,29 @@ func TestRedirectEdgeCases(t *testing.T) {
 		})
 	}
 }
+
+// The cached tokens the serving backend reports reach its own capacity
+// learner, not the picked backend's, after a redirect.
+func TestRedirectReportsCachedToServingBackend(t *testing.T) {
+	clk := newClock()
+	bs := backends("a", "b")
+	a, b := bs[0], bs[1]
+	s := mustNew(t, SLOPredictive, clk, bs)
+	req := Request{Model: "m", PromptTokens: 200, Blocks: blocksOf(strings.Repeat("x", 900)), Exclude: []string{"b"}}
+	tk, err := s.Pick(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.Redirect(tk, b, &req)
+	n.ObserveCached(150, 200)
+	n.End(OutcomeOK)
+	a.caps.mu.Lock()
+	na := a.caps.nReq
+	a.caps.mu.Unlock()
+	b.caps.mu.Lock()
+	nb := b.caps.nReq
+	b.caps.mu.Unlock()
+	if na != 0 || nb != 1 {
+		t.Errorf("reports heard: a %d, b %d; want 0, 1", na, nb)
+	}
+}

@@ -425,7 +425,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 // evidence of what its cache holds, which the cache-capacity model
 // scores each candidate's prediction against (capacityModel.
 // observeCached). Backends that publish no metrics are learnt this way
-// within a few requests of their first evictions, not only from TTFTs.
+// too, not only from TTFTs, once 16 answers have reported.
 func (t *Ticket) ObserveCached(cached, prompt int) {
 	if !t.caps || prompt <= 0 || cached < 0 || cached > prompt {
 		return
