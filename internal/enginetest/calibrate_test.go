@@ -42,11 +42,14 @@ func TestOllamaCalibrate(t *testing.T) {
 		t.Fatalf("warm-up: %v\n%s", err, o.LogTail())
 	}
 	// A measurement whose host was disturbed mid-sweep (another process
-	// taking the core for seconds) is taken again once; a model or fit
-	// that is wrong fails both.
+	// taking the core for seconds) is taken again, up to twice; a model
+	// or fit that is wrong fails all three. Twice, because under CI the
+	// other packages' tests share the two cores with this sweep, and a
+	// second sweep was seen disturbed as well (a 352-token prompt slower
+	// than a 448-token one, TPOT 4.0 against 2.5 ms).
 	problems := calibrateOnce(t, ctx, o, c)
-	if len(problems) > 0 {
-		t.Logf("first sweep missed (%s); measuring again", strings.Join(problems, "; "))
+	for try := 2; len(problems) > 0 && try <= 3; try++ {
+		t.Logf("sweep %d missed (%s); measuring again", try-1, strings.Join(problems, "; "))
 		problems = calibrateOnce(t, ctx, o, c)
 	}
 	for _, p := range problems {
