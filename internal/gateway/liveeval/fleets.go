@@ -19,8 +19,17 @@ import (
 type Workload struct {
 	Groups      int
 	PrefixChars int
-	SuffixMin   int
-	SuffixMax   int
+	// PrefixCharsMax, when above PrefixChars, draws each group's prefix
+	// length uniformly from [PrefixChars, PrefixCharsMax]: tenants'
+	// instructions are not all one size.
+	PrefixCharsMax int
+	// ZipfS, when positive, makes group k's share of requests
+	// proportional to 1/(k+1)^ZipfS (as `ttft bench`'s prefix
+	// popularity "zipf"): a few tenants send most of the traffic.
+	// Zero: every group alike.
+	ZipfS     float64
+	SuffixMin int
+	SuffixMax int
 	// LongShare of the requests get a unique message of LongChars
 	// characters instead (mixed prompt lengths: a pasted document).
 	LongShare float64
@@ -250,8 +259,9 @@ func FleetRates(f Fleet, w Workload) (roundRobin, affinity float64) {
 		if c.Slots <= 0 || c.Speed <= 0 || c.BlockChars <= 0 {
 			continue // AdmissionFleets sets every field this reads
 		}
-		held := math.Min(1, float64(c.CacheBlocks*c.BlockChars)/float64(w.Groups*w.PrefixChars))
-		uncachedRR := suffix + (1-held)*float64(w.PrefixChars)
+		prefix := float64(w.PrefixChars+max(w.PrefixChars, w.PrefixCharsMax)) / 2
+		held := math.Min(1, float64(c.CacheBlocks*c.BlockChars)/(float64(w.Groups)*prefix))
+		uncachedRR := suffix + (1-held)*prefix
 		cost := func(uncached float64) float64 {
 			d := c.Overhead + time.Duration(uncached/1000*float64(c.PrefillPerKChar)) + time.Duration(w.OutputTokens)*c.DecodePerToken
 			return d.Seconds() / c.Speed

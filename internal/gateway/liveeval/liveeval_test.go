@@ -3,6 +3,8 @@ package liveeval
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"math"
 	"testing"
 
@@ -102,5 +104,73 @@ func TestSameSequence(t *testing.T) {
 	}
 	if !differ {
 		t.Error("another seed gave the same requests")
+	}
+}
+
+// TestSuiteSequenceUnchanged pins the suite's request sequence: verdicts
+// of different sessions compare only if every fleet's requests stay
+// what they were, so a new workload knob must leave them alone when it
+// is off. The digest was taken before the knobs (ZipfS, PrefixCharsMax)
+// existed.
+func TestSuiteSequenceUnchanged(t *testing.T) {
+	w := baseWorkload()
+	w.LongShare, w.LongChars = 0.1, 12000
+	s := newSource(w, 3)
+	h := sha256.New()
+	for range 300 {
+		r, _ := s.Next(context.Background())
+		fmt.Fprintf(h, "%s|%s|%s|%d|%d\n", r.Group, r.Messages[0].Content, r.Messages[1].Content, r.PromptTokens, r.MaxTokens)
+	}
+	if got, want := fmt.Sprintf("%x", h.Sum(nil)), "8ca6bac2599e3a11b523f485284837395bead0ed5d78cc9ff70a825d47080688"; got != want {
+		t.Errorf("the suite's requests changed: digest %s, want %s", got, want)
+	}
+}
+
+// TestSkewedGroupsAndPrefixLengths: with ZipfS each group's share of the
+// requests follows 1/(k+1)^s, and with PrefixCharsMax each group keeps
+// one prefix whose length lies in the range, which the request's token
+// estimate counts.
+func TestSkewedGroupsAndPrefixLengths(t *testing.T) {
+	w := baseWorkload()
+	w.Groups, w.ZipfS, w.PrefixChars, w.PrefixCharsMax = 8, 1.2, 1024, 8192
+	s := newSource(w, 5)
+	const n = 40000
+	counts := map[string]int{}
+	lens := map[string]int{}
+	for range n {
+		r, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[r.Group]++
+		p := len(r.Messages[0].Content)
+		if p < w.PrefixChars || p > w.PrefixCharsMax {
+			t.Fatalf("group %s: prefix of %d chars, outside [%d, %d]", r.Group, p, w.PrefixChars, w.PrefixCharsMax)
+		}
+		if l, ok := lens[r.Group]; ok && l != p {
+			t.Fatalf("group %s: prefix of %d chars, earlier %d: a group's prefix is one text", r.Group, p, l)
+		}
+		lens[r.Group] = p
+		if want := (p + len(r.Messages[1].Content)) / 4; r.PromptTokens != want {
+			t.Fatalf("PromptTokens %d, want %d", r.PromptTokens, want)
+		}
+	}
+	var total float64
+	for k := range w.Groups {
+		total += 1 / math.Pow(float64(k+1), w.ZipfS)
+	}
+	for k := range w.Groups {
+		want := 1 / math.Pow(float64(k+1), w.ZipfS) / total
+		got := float64(counts[string(rune('A'+k))]) / n
+		if math.Abs(got-want) > 0.01 {
+			t.Errorf("group %d: share %.3f, want %.3f", k, got, want)
+		}
+	}
+	distinct := map[int]bool{}
+	for _, l := range lens {
+		distinct[l] = true
+	}
+	if len(distinct) < w.Groups/2 {
+		t.Errorf("prefix lengths %v: the groups' lengths are not drawn", lens)
 	}
 }

@@ -2,7 +2,9 @@ package liveeval
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/workload"
@@ -14,14 +16,33 @@ type source struct {
 	w        Workload
 	seed     uint64
 	prefixes []string
-	i        int
+	// cum is the groups' cumulative popularity when it is skewed (nil:
+	// uniform, drawn as before the skew existed so that the suite's
+	// sequences stay what they were).
+	cum []float64
+	i   int
 }
 
 func newSource(w Workload, seed uint64) *source {
 	s := &source{w: w, seed: seed}
 	rng := rand.New(rand.NewPCG(seed, 0x70726566)) // "pref"
 	for range w.Groups {
-		s.prefixes = append(s.prefixes, words(rng, w.PrefixChars))
+		n := w.PrefixChars
+		if w.PrefixCharsMax > w.PrefixChars {
+			n += rng.IntN(w.PrefixCharsMax - w.PrefixChars + 1)
+		}
+		s.prefixes = append(s.prefixes, words(rng, n))
+	}
+	if w.ZipfS > 0 {
+		s.cum = make([]float64, w.Groups)
+		var total float64
+		for k := range s.cum {
+			total += 1 / math.Pow(float64(k+1), w.ZipfS)
+			s.cum[k] = total
+		}
+		for k := range s.cum {
+			s.cum[k] /= total
+		}
 	}
 	return s
 }
@@ -49,7 +70,12 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 	i := s.i
 	s.i++
 	rng := rand.New(rand.NewPCG(s.seed, uint64(i)+1))
-	g := rng.IntN(s.w.Groups)
+	var g int
+	if s.cum != nil {
+		g = min(sort.SearchFloat64s(s.cum, rng.Float64()), len(s.cum)-1)
+	} else {
+		g = rng.IntN(s.w.Groups)
+	}
 	n := s.w.SuffixMin + rng.IntN(s.w.SuffixMax-s.w.SuffixMin+1)
 	if s.w.LongShare > 0 && rng.Float64() < s.w.LongShare {
 		n = s.w.LongChars
@@ -60,7 +86,7 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 			{Role: "system", Content: s.prefixes[g]},
 			{Role: "user", Content: user},
 		},
-		PromptTokens: (s.w.PrefixChars + n) / 4,
+		PromptTokens: (len(s.prefixes[g]) + n) / 4,
 		MaxTokens:    s.w.OutputTokens,
 		Group:        string(rune('A' + g%26)),
 	}, nil
