@@ -169,8 +169,27 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		a.pred.Ready && f.pred.Ready && float64(a.pred.Mean) > missFaster*float64(f.pred.Mean) && f.b.withinReach() {
 		return fastest, ReasonNoHeadroom
 	}
-	if (a.meetP >= spillBelow && !slower) || f.meetP < meetThreshold {
+	if !slower {
+		if to := queuedSpill(cands, aff, scores); to >= 0 {
+			return to, ReasonHeadroom
+		}
+	}
+	if a.meetP >= spillBelow && !slower {
 		return aff, stayReason(a, scores[aff])
+	}
+	// The home is predicted to miss the SLO (its mean is over it) or to
+	// be spillSlower times slower than the fastest. Spill to a backend
+	// predicted to meet the SLO with its P95 margin; failing that, to
+	// one whose predicted mean meets it and is missFaster times below
+	// the home's: of two backends that may miss, the one predicted to
+	// miss on average is the worse bet. (Where answers are long, the
+	// TTFTs behind them spread so wide that no backend's P95 met an
+	// 80 ms SLO, and requests stayed at a home predicted at 110–140 ms
+	// beside backends predicted at 30–40: fleet long-decode,
+	// docs/routing-evaluation.md.)
+	need := meetThreshold
+	if f.meetP < meetThreshold {
+		need = spillBelow
 	}
 	// Spill to the backend predicted to meet the SLO (and, when leaving
 	// a slow home, at least spillSlower times faster) that holds the most
@@ -181,7 +200,10 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	to := -1
 	for i := range cands {
 		c := &cands[i]
-		if i == aff || c.meetP < meetThreshold || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
+		if i == aff || c.meetP < need || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
+			continue
+		}
+		if need < meetThreshold && !(a.pred.Ready && c.pred.Ready && float64(a.pred.Mean) > missFaster*float64(c.pred.Mean)) {
 			continue
 		}
 		// Not for speed alone into a cache the groups living there fill
@@ -204,6 +226,52 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		return to, ReasonHeadroom
 	}
 	return aff, stayReason(a, scores[aff])
+}
+
+// queuedSpill is where a request goes whose home has more requests in
+// flight than it has slots, so that it would wait there for one to
+// finish: the candidate predicted to meet the SLO, holding the most of
+// the prompt, then fastest, whose predicted TTFT is missFaster times
+// below the home's; -1 to stay.
+//
+// The slots and the wait come from the queue-aware model admission
+// decides by (queueBound: slots believed from the TTFTs, a drain time
+// per request waited for), and each candidate's prediction is the
+// larger of it and the routing predictor's. The linear predictor prices
+// the queue in proportion to the requests in flight, nothing for a
+// queue within the slots and too little past them: where answers are
+// long and hold the slots while they decode, a request joined a home
+// four or five deep on four slots and waited 100–200 ms for its cached
+// prefix while a backend with a free slot would have prefilled all of
+// it in 25–50 ms (fleets long-decode and single-slot,
+// docs/routing-evaluation.md). Where answers are short a slot frees
+// within a few milliseconds, the wait is less than a prefill, and
+// nothing moves.
+func queuedSpill(cands []Candidate, aff int, scores []float64) int {
+	a := &cands[aff]
+	qa := a.b.preds.bound.estimate(a.feat)
+	if !qa.Ready || !a.pred.Ready || a.feat.InFlight < float64(qa.Slots) {
+		return -1
+	}
+	home := max(a.pred.Mean, qa.Mean)
+	to := -1
+	for i := range cands {
+		c := &cands[i]
+		if i == aff || c.meetP < meetThreshold || !c.pred.Ready || !c.b.withinReach() {
+			continue
+		}
+		dest := c.pred.Mean
+		if qc := c.b.preds.bound.estimate(c.feat); qc.Ready {
+			dest = max(dest, qc.Mean)
+		}
+		if float64(home) <= missFaster*float64(dest) {
+			continue
+		}
+		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < cands[to].pred.Mean) {
+			to = i
+		}
+	}
+	return to
 }
 
 // stayReason is why a request stays on its affinity backend a.

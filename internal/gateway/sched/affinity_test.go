@@ -427,3 +427,89 @@ func pickPrompt(t *testing.T, bs []*Backend, now func() time.Time, prompt []uint
 	}
 	return tk
 }
+
+// trainSlots teaches b's predictors (the bound included) an engine of
+// four slots: a request waits drain seconds for each request in flight
+// past them, and prefills at perTok seconds per uncached token.
+func trainSlots(b *Backend, n int, base, perTok, drain float64, rng *rand.Rand) {
+	b.preds.bound.on.Store(true)
+	for range n {
+		f := Features{UncachedTokens: float64(rng.IntN(2000)), InFlight: float64(rng.IntN(8))}
+		f.PromptTokens = f.UncachedTokens
+		b.preds.observe(f, base+perTok*f.UncachedTokens+drain*max(0, f.InFlight-3))
+	}
+}
+
+// A request whose home has more requests in flight than slots goes to a
+// backend predicted missFaster times faster with its prompt uncached
+// there, though the home is within the SLO and not spillSlower times
+// slower (the rules before it kept it home); within its slots the home
+// keeps it.
+func TestSLOAffinityQueuedHome(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	for _, tt := range []struct {
+		name         string
+		homeInFlight int64
+		want, reason string
+	}{
+		{"past its slots: leaves", 5, "other", ReasonHeadroom},
+		{"within its slots: stays", 3, "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			for _, b := range bs {
+				trainSlots(b, 300, 0.005, 2e-5, 0.03, rng)
+			}
+			bs[0].Prefix().Insert(prompt)
+			bs[0].inFlight.Add(tt.homeInFlight)
+			// The other is as busy as a home within its slots, so that
+			// the linear predictor (which prices every request in
+			// flight alike) does not call the home spillSlower times
+			// slower: only the queue past the slots tells them apart.
+			bs[1].inFlight.Add(3)
+			for _, b := range bs {
+				b.noteReach(8)
+			}
+			tk := pickPrompt(t, bs, newClock().now, prompt, 500*time.Millisecond)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s, predicted %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// When no backend is predicted to meet the SLO with its P95 margin (the
+// TTFTs spread wide), a home predicted to miss it on average gives the
+// request to a backend predicted to meet it on average and missFaster
+// times faster; a home whose mean meets it keeps the request.
+func TestSLOAffinityMeanFallback(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	for _, tt := range []struct {
+		name         string
+		homeBase     float64
+		want, reason string
+	}{
+		{"home over the SLO: leaves", 0.2, "other", ReasonHeadroom},
+		{"home within the SLO: stays", 0.012, "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			noisy := func(b *Backend, base float64) {
+				for range 300 {
+					f := Features{UncachedTokens: float64(rng.IntN(2000))}
+					f.PromptTokens = f.UncachedTokens
+					b.preds.observe(f, base*(0.4+1.2*rng.Float64()))
+				}
+			}
+			noisy(bs[0], tt.homeBase)
+			noisy(bs[1], 0.01)
+			bs[0].Prefix().Insert(prompt)
+			tk := pickPrompt(t, bs, newClock().now, prompt, 15*time.Millisecond)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s, predicted %v / P95 %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tk.Prediction.P95, tt.want, tt.reason)
+			}
+		})
+	}
+}

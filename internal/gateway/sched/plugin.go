@@ -164,6 +164,11 @@ func (cy *Cycle) predict(c *Candidate) {
 	}
 	c.feat = c.b.features(cy.req.PromptTokens, c.uncached)
 	c.pred = c.b.preds.predict(c.feat)
+	// A policy that predicts also reads the queue-aware bound
+	// (queuedSpill), which learns only once asked for.
+	if qb := c.b.preds.bound; !qb.on.Load() {
+		qb.on.Store(true)
+	}
 	c.predDone = true
 }
 

@@ -196,8 +196,8 @@ type predictorSet struct {
 	// fallback; the residual window still turns its mean into a P95.
 	sw *switcher
 	// bound is the queue-aware model admission decides by (admit.go),
-	// learning from the same TTFTs; it has its own lock and is not used
-	// for routing.
+	// learning from the same TTFTs; it has its own lock. Routing reads
+	// it for a home past its slots (queuedSpill).
 	bound *queueBound
 }
 
