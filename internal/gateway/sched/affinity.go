@@ -238,8 +238,8 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 // decides by (queueBound: slots believed from the TTFTs, a drain time
 // per request waited for), and each candidate's prediction is the
 // larger of it and the routing predictor's. The linear predictor prices
-// the queue in proportion to the requests in flight, nothing for a
-// queue within the slots and too little past them: where answers are
+// every request in flight alike — too much within the slots, where none
+// waits, and too little past them: where answers are
 // long and hold the slots while they decode, a request joined a home
 // four or five deep on four slots and waited 100–200 ms for its cached
 // prefix while a backend with a free slot would have prefilled all of
