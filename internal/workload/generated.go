@@ -207,7 +207,13 @@ func newPrefixGroups(gen *PromptGen, spec PrefixSpec, seed int64) (*prefixGroups
 	default:
 		return nil, fmt.Errorf("prefix: popularity %q is not uniform or zipf", spec.Popularity)
 	}
-	cum := make([]float64, spec.Groups)
+	return &prefixGroups{spec: spec, gen: gen, seed: seed, cum: ZipfCDF(spec.Groups, s), docs: map[int]*prefixDoc{}}, nil
+}
+
+// ZipfCDF is the cumulative popularity of n items, item k weighing
+// 1/(k+1)^s (s = 0: uniform); PickCDF draws from it.
+func ZipfCDF(n int, s float64) []float64 {
+	cum := make([]float64, n)
 	var total float64
 	for k := range cum {
 		total += 1 / math.Pow(float64(k+1), s)
@@ -216,16 +222,16 @@ func newPrefixGroups(gen *PromptGen, spec PrefixSpec, seed int64) (*prefixGroups
 	for k := range cum {
 		cum[k] /= total
 	}
-	return &prefixGroups{spec: spec, gen: gen, seed: seed, cum: cum, docs: map[int]*prefixDoc{}}, nil
+	return cum
 }
 
-// pick draws a group index: group k has weight 1/(k+1)^s (s = 0: uniform).
-func (p *prefixGroups) pick(rng *rand.Rand) int {
-	u := rng.Float64()
-	lo, hi := 0, len(p.cum)-1
+// PickCDF is the item a uniform draw u in [0, 1) falls on: the first k
+// with cum[k] ≥ u.
+func PickCDF(cum []float64, u float64) int {
+	lo, hi := 0, len(cum)-1
 	for lo < hi {
 		m := (lo + hi) / 2
-		if p.cum[m] < u {
+		if cum[m] < u {
 			lo = m + 1
 		} else {
 			hi = m
@@ -233,6 +239,9 @@ func (p *prefixGroups) pick(rng *rand.Rand) int {
 	}
 	return lo
 }
+
+// pick draws a group index: group k has weight 1/(k+1)^s (s = 0: uniform).
+func (p *prefixGroups) pick(rng *rand.Rand) int { return PickCDF(p.cum, rng.Float64()) }
 
 func (p *prefixGroups) get(k int) (*prefixDoc, error) {
 	p.mu.Lock()

@@ -2,9 +2,7 @@ package liveeval
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
-	"sort"
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/workload"
@@ -34,15 +32,7 @@ func newSource(w Workload, seed uint64) *source {
 		s.prefixes = append(s.prefixes, words(rng, n))
 	}
 	if w.ZipfS > 0 {
-		s.cum = make([]float64, w.Groups)
-		var total float64
-		for k := range s.cum {
-			total += 1 / math.Pow(float64(k+1), w.ZipfS)
-			s.cum[k] = total
-		}
-		for k := range s.cum {
-			s.cum[k] /= total
-		}
+		s.cum = workload.ZipfCDF(w.Groups, w.ZipfS)
 	}
 	return s
 }
@@ -72,7 +62,7 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(i)+1))
 	var g int
 	if s.cum != nil {
-		g = min(sort.SearchFloat64s(s.cum, rng.Float64()), len(s.cum)-1)
+		g = workload.PickCDF(s.cum, rng.Float64())
 	} else {
 		g = rng.IntN(s.w.Groups)
 	}
