@@ -95,7 +95,10 @@ func unseenFleets2() []Fleet {
 // user's does: a few tenants sending most requests (Zipf popularity, as
 // `ttft bench`'s prefix popularity "zipf"), prefixes of many lengths,
 // engines that serve one request at a time (llama.cpp's single slot),
-// and long answers whose decode holds the slots.
+// and long answers whose decode holds the slots. Its first run found
+// long-decode failing, and long-decode and single-slot then judged the
+// two queue rules of the picker (docs/routing-evaluation.md), so those
+// two are no longer unseen; the other three are.
 func unseenFleets3() []Fleet {
 	sb := standinBase
 	wl := baseWorkload()
