@@ -120,17 +120,27 @@ type slotFit struct {
 // beyond the candidate's slots, max(0, n−m+1) (each to be waited for, one
 // drain time each: a service time over m), and the uncached kilotokens
 // queued ahead awaiting their first token (requests ahead are not all
-// equally long: a queue of long prompts drains slower).
+// equally long: a queue of long prompts drains slower), and the wait for
+// a slot that the requests in flight hold, seconds, from how far along
+// each is (slotTracker.waits: zero where that is not followed). The
+// count prices each finish waited for alike; the wait knows that four
+// answers just begun free no slot for a whole decode, and four nearly
+// done free one at once. Where slots are few and answers long, the
+// spread between the two is most of the TTFT (fleet long-decode,
+// docs/routing-evaluation.md); where slots are many, the count is what
+// prices the queue.
 const (
 	bxConst = iota
 	bxOwn
 	bxAhead
 	bxQueued
+	bxWait
 	nBX
 )
 
-func boundX(f Features, m int) [nBX]float64 {
-	return [nBX]float64{1, f.UncachedTokens / 1000, max(0, f.InFlight-float64(m)+1), f.QueuedTokens / 1000}
+// boundX is the features of slot hypothesis i.
+func boundX(f Features, i int) [nBX]float64 {
+	return [nBX]float64{1, f.UncachedTokens / 1000, max(0, f.InFlight-float64(slotHypotheses[i])+1), f.QueuedTokens / 1000, f.Waits[i]}
 }
 
 func (f *slotFit) predict(x [nBX]float64) float64 {
@@ -141,8 +151,9 @@ func (f *slotFit) predict(x [nBX]float64) float64 {
 	return y
 }
 
-// learn adds one (x, ttft) to the fit and solves it again.
-func (f *slotFit) learn(x [nBX]float64, y float64) {
+// learn adds one (x, ttft) to the fit and, with solve, solves it again
+// (without, the coefficients stay those of an earlier solve: observe).
+func (f *slotFit) learn(x [nBX]float64, y float64, solve bool) {
 	const l = boundForget
 	f.sw = l*f.sw + 1
 	for i := range nBX {
@@ -151,6 +162,13 @@ func (f *slotFit) learn(x [nBX]float64, y float64) {
 			f.s[i][j] = l*f.s[i][j] + x[i]*x[j]
 		}
 	}
+	if solve {
+		f.solve()
+	}
+}
+
+// solve sets the coefficients from the normal equations.
+func (f *slotFit) solve() {
 	f.w = solveNonNeg(&f.s, &f.b)
 	// The queue ahead beyond the slots has barely varied, so its cost
 	// is not measured: assume each request waited for costs what a
@@ -166,16 +184,25 @@ func (f *slotFit) learn(x [nBX]float64, y float64) {
 
 // solveNonNeg solves the normal equations s w = b for the coefficients w
 // ≥ 0 with the least squared error: every subset of the features is
-// solved (there are 15 non-empty ones) and the best one whose
+// solved (up to 31 non-empty ones) and the best one whose
 // coefficients are all non-negative kept. No TTFT component is negative,
 // and a fit that let one be would extrapolate to a shorter wait for a
 // longer queue.
 func solveNonNeg(s *[nBX][nBX]float64, b *[nBX]float64) [nBX]float64 {
 	var best [nBX]float64
 	bestScore := 0.0 // −(explained sum of squares): lower is better
+	// Only features that have been other than zero: one that never was
+	// (the wait for a slot, where no answer has been followed) adds
+	// nothing to any fit but the subsets to try.
+	avail := 0
+	for i := range nBX {
+		if s[i][i] > 0 {
+			avail |= 1 << i
+		}
+	}
 	// All features first: when its solution is non-negative it is the
 	// best there is, and the subsets need not be tried.
-	for mask := 1<<nBX - 1; mask > 0; mask-- {
+	for mask := avail; mask > 0; mask = (mask - 1) & avail {
 		var idx [nBX]int
 		k := 0
 		for i := range nBX {
@@ -224,7 +251,7 @@ func solveNonNeg(s *[nBX][nBX]float64, b *[nBX]float64) [nBX]float64 {
 		if sc < bestScore {
 			best, bestScore = w, sc
 		}
-		if mask == 1<<nBX-1 {
+		if mask == avail {
 			return best
 		}
 	}
@@ -274,7 +301,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 	const alpha = 0.05
 	for i := range b.fits {
 		f := &b.fits[i]
-		x := boundX(feat, slotHypotheses[i])
+		x := boundX(feat, i)
 		if b.n > 0 {
 			if p := f.predict(x); p > 0 {
 				e := math.Abs(math.Log(p / ttft))
@@ -291,7 +318,10 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 				}
 			}
 		}
-		f.learn(x, ttft)
+		// The believed fit is solved at every TTFT; the others, which
+		// are only scored, at every fourth (in turn, a quarter of them
+		// at each): solving is most of what a TTFT costs here.
+		f.learn(x, ttft, i == b.active || b.n < boundMinSamples || (b.n+i)%4 == 0)
 	}
 	b.n++
 	b.dirty++
@@ -313,6 +343,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 			if b.fits[i].err <= 1.1*lo {
 				if i != b.active {
 					b.active, b.dirty = i, boundWindow
+					b.fits[i].solve()
 				}
 				break
 			}
@@ -397,7 +428,7 @@ func (b *queueBound) estimate(feat Features) QueueEstimate {
 func (b *queueBound) estimateLocked(feat Features) QueueEstimate {
 	f := &b.fits[b.active]
 	m := slotHypotheses[b.active]
-	x := boundX(feat, m)
+	x := boundX(feat, b.active)
 	mean := f.predict(x)
 	bound := mean + b.q*spread(x)
 	if b.few {

@@ -372,7 +372,9 @@ func testFeedbackSlowdown(t *testing.T, simSeed uint64) {
 // refused is near what capacity requires (a third, at 1.5× overload),
 // open loop or closed. (Without probes, 2×: all refused to the end
 // open loop, 66% closed; probing idle backends once per SLO only: 5×,
-// 90% refused 40 s later.)
+// 90% refused 40 s later.) At 2× the bound may not freeze at all, and
+// need no probe: since it prices the queue by the slot tracker's waits
+// (slots.go), the closed loop's did not.
 func TestAdmissionProbesUnlock(t *testing.T) {
 	for _, c := range []struct {
 		open bool
@@ -407,7 +409,7 @@ func TestAdmissionProbesUnlock(t *testing.T) {
 			}
 		}
 		t.Logf("open loop %v, %v× slower: %d of %d refused over the last 10 s; %d probes", open, c.slow, refused, tail, probed)
-		if refused > tail*4/10 || probed == 0 {
+		if refused > tail*4/10 || c.slow >= 5 && probed == 0 {
 			t.Errorf("open loop %v, %v× slower: %d of %d refused over the last 10 s, %d probes; want under 40%% (a third is what capacity requires), some probes", open, c.slow, refused, tail, probed)
 		}
 	}

@@ -223,17 +223,28 @@ func TestPickAdmitColdFallsBack(t *testing.T) {
 // BenchmarkQueueBoundObserve is the bound's cost per first token (every
 // candidate fit solved again).
 func BenchmarkQueueBoundObserve(b *testing.B) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	q := newQueueBound()
-	q.on.Store(true)
-	fs := make([]Features, 1024)
-	for i := range fs {
-		fs[i] = Features{UncachedTokens: float64(rng.IntN(2000)), QueuedTokens: float64(rng.IntN(4000)), InFlight: float64(rng.IntN(12))}
-	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		f := fs[i%len(fs)]
-		q.observe(f, fifoTTFT(f, 2, 0.01, 0.02, 0.02))
+	for _, waits := range []bool{false, true} {
+		b.Run(fmt.Sprintf("waits=%v", waits), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			q := newQueueBound()
+			q.on.Store(true)
+			fs := make([]Features, 1024)
+			for i := range fs {
+				fs[i] = Features{UncachedTokens: float64(rng.IntN(2000)), QueuedTokens: float64(rng.IntN(4000)), InFlight: float64(rng.IntN(12))}
+				if waits {
+					// The slot tracker's waits (slots.go): a part of a
+					// drain time per request past each hypothesis.
+					for k, m := range slotHypotheses[:5] {
+						fs[i].Waits[k] = max(0, fs[i].InFlight-float64(m)+1) * 0.01 * rng.Float64()
+					}
+				}
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				f := fs[i%len(fs)]
+				q.observe(f, fifoTTFT(f, 2, 0.01, 0.02, 0.02))
+			}
+		})
 	}
 }
 

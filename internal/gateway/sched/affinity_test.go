@@ -326,8 +326,9 @@ func TestSLOAffinityNewGroupRoom(t *testing.T) {
 // has room for it (fillLimit): moved into a full cache, its prompt group
 // evicts the groups living there, whose next requests miss. A
 // destination already holding part of the prompt, a cache of unknown
-// size, a home predicted to miss the SLO and a prompt mostly unique
-// (its home holds under half) are not held back.
+// size, a home predicted to miss the SLO, a prompt mostly unique (its
+// home holds under half) and a home past its slots (queuedSpill: the
+// request would wait there for one) are not held back.
 func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
 	n := len(prompt)
@@ -339,20 +340,30 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 		holdsPart    bool    // the destination's index holds the prompt's first half
 		homeUnder    bool    // the home's index holds only the prompt's first 2/5
 		homeQueue    int64   // tokens queued at home (enough: over the SLO)
+		homeInFlight int64   // requests in flight at home, which has four slots
 		slo          time.Duration
 		want, reason string
 	}{
-		{"room: leaves the slower home", float64(8 * n * DefaultBlockBytes / 4), 1, false, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 0, 2 * time.Second, "home", ReasonPrefixHit},
-		{"full, holding part: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, true, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full, home holding under half: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, true, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"size unknown: leaves", 0, 3, false, false, 0, 2 * time.Second, "other", ReasonHeadroom},
-		{"full, home over the SLO: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 20000, 2 * time.Second, "other", ReasonHeadroom},
+		{"room: leaves the slower home", float64(8 * n * DefaultBlockBytes / 4), 1, false, false, 0, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 0, 0, 2 * time.Second, "home", ReasonPrefixHit},
+		{"full, holding part: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, true, false, 0, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home holding under half: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, true, 0, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"size unknown: leaves", 0, 3, false, false, 0, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home over the SLO: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 20000, 0, 2 * time.Second, "other", ReasonHeadroom},
+		{"full, home within its slots: stays", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 0, 3, 2 * time.Second, "home", ReasonPrefixHit},
+		{"full, home past its slots: leaves", float64(4 * n * DefaultBlockBytes / 4), 3, false, false, 0, 6, 2 * time.Second, "other", ReasonHeadroom},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bs := backends("home", "other")
 			rng := rand.New(rand.NewPCG(1, 2))
-			train(bs[0], 200, 0.2, 2e-4, rng) // a much slower home
+			if tt.homeInFlight > 0 {
+				trainSlots(bs[0], 200, 0.2, 2e-4, 0.05, rng) // a much slower home
+				bs[0].inFlight.Add(tt.homeInFlight)
+				bs[0].noteReach(8)
+				bs[1].noteReach(8)
+			} else {
+				train(bs[0], 200, 0.2, 2e-4, rng) // a much slower home
+			}
 			train(bs[1], 200, 0.02, 2e-5, rng)
 			es := UnknownEngineStats()
 			if tt.cacheTokens > 0 {
@@ -509,6 +520,55 @@ func TestSLOAffinityMeanFallback(t *testing.T) {
 			tk := pickPrompt(t, bs, newClock().now, prompt, 15*time.Millisecond)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
 				t.Errorf("picked %s (%s, predicted %v / P95 %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tk.Prediction.P95, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// A home past its slots gives the request to a backend predicted
+// missFaster times faster that meets the SLO on average, though the
+// TTFTs there spread too wide for their P95 to meet it (where answers
+// are long, none did: fleet long-decode, docs/routing-evaluation.md).
+// The home is within the SLO on average (so the mean fallback does not
+// move it) and not spillSlower times slower. Within its slots the home
+// keeps it.
+func TestSLOAffinityQueuedHomeWideSpread(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	for _, tt := range []struct {
+		name         string
+		homeInFlight int64
+		want, reason string
+	}{
+		{"past its slots: leaves", 5, "other", ReasonHeadroom},
+		{"within its slots: stays", 3, "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			// Home: 5 ms cached, 10 ms per request waited for past four
+			// slots: 25 ms at five in flight.
+			trainSlots(bs[0], 300, 0.005, 2e-5, 0.01, rng)
+			// Other: 17 ms for the prompt uncached, on average; its
+			// TTFTs spread over a factor of five about that, so that
+			// their P95 is over the SLO (28 ms).
+			bs[1].preds.bound.on.Store(true)
+			for range 300 {
+				f := Features{UncachedTokens: float64(rng.IntN(2000)), InFlight: float64(rng.IntN(2))}
+				f.PromptTokens = f.UncachedTokens
+				bs[1].preds.observe(f, (0.005+2e-5*f.UncachedTokens)*(0.3+1.4*rng.Float64()))
+			}
+			bs[0].Prefix().Insert(prompt)
+			bs[0].inFlight.Add(tt.homeInFlight)
+			bs[1].inFlight.Add(1)
+			for _, b := range bs {
+				b.noteReach(8)
+			}
+			tk := pickPrompt(t, bs, newClock().now, prompt, 28*time.Millisecond)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s, predicted %v / P95 %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tk.Prediction.P95, tt.want, tt.reason)
+			}
+			if tt.want == "other" && tk.Prediction.P95 <= 28*time.Millisecond {
+				t.Errorf("the other's predicted P95 %v is within the SLO: the test needs it over", tk.Prediction.P95)
 			}
 		})
 	}

@@ -65,6 +65,9 @@ type Backend struct {
 
 	prefix *PrefixIndex
 	caps   *capacityModel
+	// slots follows the requests in flight for when the slots free
+	// (slots.go), which the queue bound prices the wait for a slot by.
+	slots slotTracker
 	// engine is what the engine's own metrics say about its cache.
 	engine engineCache
 	preds  *predictorSet

@@ -163,6 +163,7 @@ func (cy *Cycle) predict(c *Candidate) {
 		cy.match(c)
 	}
 	c.feat = c.b.features(cy.req.PromptTokens, c.uncached)
+	c.b.slots.waits(cy.now, &c.feat.Waits)
 	c.pred = c.b.preds.predict(c.feat)
 	// A policy that predicts also reads the queue-aware bound
 	// (queuedSpill), which learns only once asked for.

@@ -18,6 +18,9 @@ type Features struct {
 	QueuedTokens   float64
 	Waiting        float64
 	KVUsage        float64
+	// Waits is the wait for a slot, seconds, under each of the queue
+	// bound's slot hypotheses (slotTracker.waits); the bound's alone.
+	Waits [nSlots]float64
 }
 
 // Predictor estimates a backend's mean TTFT, in seconds, from Features and

@@ -1,5 +1,7 @@
 package sched
 
+import "time"
+
 // ReasonFallback is the reason of a ticket Redirect moved to the backend
 // that served the request in place of the one picked.
 const ReasonFallback = "fallback"
@@ -62,6 +64,7 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 	}
 	to.inFlight.Add(1)
 	to.queuedTokens.Add(n.uncached)
+	to.slots.dispatched(start)
 	if t.caps {
 		n.caps = true
 		n.capU = to.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)
@@ -76,7 +79,9 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 		// it cannot be taken back, and the new ticket must not learn it
 		// twice.
 		n.mu.Lock()
-		n.first = true
+		n.first, n.firstAt = true, now
+		to.slots.ended(start, time.Time{}, now, false)
+		to.slots.decoding(now)
 		to.queuedTokens.Add(-n.uncached)
 		if n.caps {
 			to.caps.firstToken(n.capU)

@@ -211,10 +211,12 @@ type Ticket struct {
 	feat     Features
 	uncached int64
 	start    time.Time
-	first    bool
-	ended    bool
-	trial    bool
-	probe    bool
+	// firstAt is when the first token came (zero before).
+	firstAt time.Time
+	first   bool
+	ended   bool
+	trial   bool
+	probe   bool
 	// capU and capWork: each cache-capacity candidate's uncached tokens
 	// and predicted work for this request (capacityModel), when caps.
 	caps bool
@@ -311,6 +313,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	}
 	c.b.inFlight.Add(1)
 	c.b.queuedTokens.Add(t.uncached)
+	c.b.slots.dispatched(now)
 	// A prompt the backend held none of starts a prompt group there (a
 	// new group, or one spilling to a second home): its root counts in
 	// the backend's footprint (capacityModel.fill).
@@ -393,8 +396,9 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	if t.first || t.ended {
 		return 0
 	}
-	t.first = true
+	t.first, t.firstAt = true, now
 	ttft := now.Sub(t.start)
+	t.Backend.slots.firstToken(t.start, now, t.feat.InFlight)
 	t.Backend.queuedTokens.Add(-t.uncached)
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)
@@ -449,6 +453,7 @@ func (t *Ticket) End(o Outcome) {
 		}
 	}
 	t.Backend.inFlight.Add(-1)
+	t.Backend.slots.ended(t.start, t.firstAt, now, o == OutcomeOK)
 	switch o {
 	case OutcomeCanceled, OutcomeNoVerdict:
 		t.Backend.releaseTrial(t.trial, t.probe)
