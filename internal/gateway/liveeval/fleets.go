@@ -36,6 +36,11 @@ type Workload struct {
 	LongChars int
 	// OutputTokens per request.
 	OutputTokens int
+	// OutputTokensMax, when above OutputTokens, draws each request's
+	// answer length uniformly from [OutputTokens, OutputTokensMax]:
+	// answers end where they end (at EOS, in an engine), so how long a
+	// slot stays held is not the same for every request.
+	OutputTokensMax int
 	// Warmup requests (not scored) and scored Requests.
 	Warmup, Requests int
 	// Closed loop of Concurrency, or open loop at Rate req/s from

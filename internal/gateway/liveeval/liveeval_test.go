@@ -174,3 +174,38 @@ func TestSkewedGroupsAndPrefixLengths(t *testing.T) {
 		t.Errorf("prefix lengths %v: the groups' lengths are not drawn", lens)
 	}
 }
+
+// TestAnswerLengthsAndGroupLabels: with OutputTokensMax each request's
+// answer length is drawn from the range, the rest of the request being
+// what it would be without it; and more than 26 groups keep distinct
+// labels.
+func TestAnswerLengthsAndGroupLabels(t *testing.T) {
+	w := baseWorkload()
+	w.Groups = 60
+	varied := w
+	varied.OutputTokens, varied.OutputTokensMax = 8, 96
+	a, b := newSource(w, 9), newSource(varied, 9)
+	lens := map[int]bool{}
+	labels := map[string]bool{}
+	for range 3000 {
+		ra, _ := a.Next(context.Background())
+		rb, err := b.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rb.MaxTokens < 8 || rb.MaxTokens > 96 {
+			t.Fatalf("max_tokens %d, outside [8, 96]", rb.MaxTokens)
+		}
+		lens[rb.MaxTokens] = true
+		if ra.Group != rb.Group || ra.Messages[0].Content != rb.Messages[0].Content || ra.Messages[1].Content != rb.Messages[1].Content {
+			t.Fatalf("the answer lengths' draw changed the request: group %s / %s", ra.Group, rb.Group)
+		}
+		labels[ra.Group] = true
+	}
+	if len(lens) < 60 {
+		t.Errorf("%d distinct answer lengths in 3000 requests; want them drawn over [8, 96]", len(lens))
+	}
+	if len(labels) != w.Groups {
+		t.Errorf("%d distinct group labels for %d groups", len(labels), w.Groups)
+	}
+}

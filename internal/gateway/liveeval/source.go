@@ -3,6 +3,7 @@ package liveeval
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"github.com/ttft-dev/ttft/internal/workload"
@@ -71,13 +72,27 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 		n = s.w.LongChars
 	}
 	user := words(rng, n)
+	out := s.w.OutputTokens
+	if s.w.OutputTokensMax > out {
+		// Drawn last, so that the other draws stay what they were.
+		out += rng.IntN(s.w.OutputTokensMax - out + 1)
+	}
 	return &workload.Request{
 		Messages: []workload.Message{
 			{Role: "system", Content: s.prefixes[g]},
 			{Role: "user", Content: user},
 		},
 		PromptTokens: (len(s.prefixes[g]) + n) / 4,
-		MaxTokens:    s.w.OutputTokens,
-		Group:        string(rune('A' + g%26)),
+		MaxTokens:    out,
+		Group:        groupLabel(g),
 	}, nil
+}
+
+// groupLabel names prompt group g: A to Z, then A1 to Z1, and so on.
+func groupLabel(g int) string {
+	l := string(rune('A' + g%26))
+	if g >= 26 {
+		l += strconv.Itoa(g / 26)
+	}
+	return l
 }

@@ -131,6 +131,50 @@ func unseenFleets3() []Fleet {
 	}
 }
 
+// unseenFleets4 is a fourth set, written on 2026-12-04 after the picker
+// learnt the wait for a slot from how far along the answers holding
+// them are (sched's slots.go), and committed before any run of it: slots
+// held by answers, in shapes the sets before did not have. Answers of
+// many lengths (the wait's model assumes one mean), two slots a
+// backend, more clients than slots (no policy avoids queueing), eight
+// slots a backend, and one-slot backends beside four-slot ones.
+func unseenFleets4() []Fleet {
+	sb := standinBase
+	wl := baseWorkload()
+	slots := func(c standin.Config, n int) standin.Config {
+		c.Slots = n
+		return c
+	}
+	varied := wl
+	varied.OutputTokens, varied.OutputTokensMax, varied.Concurrency = 8, 96, 14
+	two := wl
+	two.Groups, two.OutputTokens, two.Concurrency = 12, 24, 10
+	over := wl
+	over.OutputTokens, over.Concurrency = 32, 20
+	eight := wl
+	eight.OutputTokens, eight.Concurrency = 64, 20
+	mixed := wl
+	mixed.Groups, mixed.OutputTokens, mixed.Concurrency = 10, 16, 8
+	return []Fleet{
+		{Name: "varied-answers", About: "4 stand-ins (two 2×) of 128 blocks; answers of 8–96 tokens, concurrency 14",
+			StandIns: []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)},
+			Workload: varied, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "two-slots-six", About: "6 stand-ins of 2 slots (2×, 2×, 1.5×, 1×, 1×, 1×) of 64 blocks; 12 groups, 24-token answers, concurrency 10",
+			StandIns: []standin.Config{slots(sb("a", 64, 2), 2), slots(sb("b", 64, 2), 2), slots(sb("c", 64, 1.5), 2),
+				slots(sb("d", 64, 1), 2), slots(sb("e", 64, 1), 2), slots(sb("f", 64, 1), 2)},
+			Workload: two, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "overcommitted", About: "4 equal stand-ins of 4 slots and 128 blocks; 32-token answers, concurrency 20 on 16 slots",
+			StandIns: []standin.Config{sb("a", 128, 1), sb("b", 128, 1), sb("c", 128, 1), sb("d", 128, 1)},
+			Workload: over, SLO: 100 * time.Millisecond, CacheMatters: true},
+		{Name: "eight-slots-long", About: "3 stand-ins of 8 slots (2×, 1×, 1×) of 192 blocks; 64-token answers, concurrency 20",
+			StandIns: []standin.Config{slots(sb("fast", 192, 2), 8), slots(sb("slow-a", 192, 1), 8), slots(sb("slow-b", 192, 1), 8)},
+			Workload: eight, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "one-and-four-slots", About: "2 one-slot stand-ins at 2× beside 2 four-slot at 1×, 96 blocks; 10 groups, 16-token answers, concurrency 8",
+			StandIns: []standin.Config{slots(sb("one-a", 96, 2), 1), slots(sb("one-b", 96, 2), 1), sb("four-a", 96, 1), sb("four-b", 96, 1)},
+			Workload: mixed, SLO: 80 * time.Millisecond, CacheMatters: true},
+	}
+}
+
 // TestUnseenFleets runs round-robin, the two single signals and the
 // default on unseenFleets, LIVEEVAL_UNSEEN seeds each (about 30 s per
 // seed here), prints the suite's tables and fails where the default's
@@ -139,7 +183,8 @@ func unseenFleets3() []Fleet {
 //
 //	LIVEEVAL_UNSEEN=6 go test ./internal/gateway/liveeval -run TestUnseenFleets -v -timeout 30m
 //
-// LIVEEVAL_UNSEEN_SET=2 or 3 runs the second or third set instead.
+// LIVEEVAL_UNSEEN_SET=2, 3 or 4 runs the second, third or fourth set
+// instead.
 // LIVEEVAL_UNSEEN_FLEETS and LIVEEVAL_UNSEEN_POLICIES (comma-separated)
 // run fewer, for comparing two builds side by side; the verdicts then
 // compare the default with the single signals among those run.
@@ -162,8 +207,10 @@ func TestUnseenFleets(t *testing.T) {
 		fleets = unseenFleets2()
 	case "3":
 		fleets = unseenFleets3()
+	case "4":
+		fleets = unseenFleets4()
 	default:
-		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1, 2 or 3", v)
+		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1, 2, 3 or 4", v)
 	}
 	if v := os.Getenv("LIVEEVAL_UNSEEN_FLEETS"); v != "" {
 		want := strings.Split(v, ",")
