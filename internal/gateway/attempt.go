@@ -301,8 +301,14 @@ func (a *attempt) translateWhole(x *exchange, resp *http.Response, whole []byte,
 // the scheduler the cached prompt tokens it reports, if it does.
 func (a *attempt) usageFrom(x *exchange, body []byte) {
 	x.usageFrom(body)
-	if x.inUsage > 0 && bytes.Contains(body, kCachedTok) {
+	switch {
+	case x.inUsage > 0 && bytes.Contains(body, kCachedTok):
 		a.t.ObserveCached(intAfter(body, kCachedTok), x.inUsage)
+	case a.backendAnthropic && bytes.Contains(body, kCacheRead):
+		read := intAfter(body, kCacheRead)
+		if p := intAfter(body, kInTok) + read + intAfter(body, kCacheMade); p > 0 {
+			a.t.ObserveCached(read, p)
+		}
 	}
 }
 
@@ -368,6 +374,7 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 	itl := a.g.m.itl.WithLabelValues(a.u.cfg.Name)
 	var tr *translate.Stream
 	var xout []byte // the client's events, when translating
+	cachedSeen := false
 	if a.crossing {
 		tr = translate.NewStream(a.bx.api, x.api, x.model)
 	}
@@ -403,8 +410,11 @@ func (a *attempt) relayStream(x *exchange, body io.Reader, buf []byte, n int, re
 				if si.input > 0 {
 					x.inTokens, x.inUsage = si.input, si.input
 				}
-				if si.hasCached {
-					a.t.ObserveCached(si.cached, si.input)
+				if si.hasCached && !cachedSeen {
+					// Once: Anthropic's message_delta may restate the
+					// usage of its message_start.
+					cachedSeen = true
+					a.t.ObserveCached(si.cached, si.prompt)
 				}
 				done = done || si.done
 				sawError = sawError || si.errEv

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -253,5 +255,90 @@ func TestCacheCapacityFromReportedCachedTokens(t *testing.T) {
 	}
 	if got := g.Scheduler().Backends()[0].CacheCapacity(); got != 64 && got != 128 {
 		t.Errorf("believed capacity %d blocks after 64 answers, want 64 or 128 (the stand-in holds 100)", got)
+	}
+}
+
+// anthropicCacheBackend answers /v1/messages with whole answers from a
+// prompt cache of blocks of 256 characters, least recently used first
+// out, holding capBlocks: its usage reports the blocks of the prompt's
+// longest cached prefix as cache_read_input_tokens, the rest as
+// input_tokens, at four characters a token, as Anthropic's does.
+func anthropicCacheBackend(t *testing.T, capBlocks int) *httptest.Server {
+	var mu sync.Mutex
+	lru := map[string]int{} // block key → last use
+	clock := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			System   string `json:"system"`
+			Messages []struct {
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		if r.URL.Path != "/v1/messages" || json.NewDecoder(r.Body).Decode(&body) != nil {
+			http.Error(w, "want a message", http.StatusBadRequest)
+			return
+		}
+		prompt := body.System
+		for _, m := range body.Messages {
+			prompt += m.Content
+		}
+		mu.Lock()
+		hit, prefix := 0, true
+		for i := 0; i+256 <= len(prompt); i += 256 {
+			key := prompt[:i+256]
+			_, ok := lru[key]
+			if prefix && ok {
+				hit++
+			} else {
+				prefix = false
+			}
+			clock++
+			lru[key] = clock
+		}
+		for len(lru) > capBlocks {
+			oldest, at := "", clock+1
+			for k, v := range lru {
+				if v < at {
+					oldest, at = k, v
+				}
+			}
+			delete(lru, oldest)
+		}
+		mu.Unlock()
+		read := hit * 256 / 4
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":%d,"output_tokens":1}}`,
+			len(prompt)/4-read, read)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// The same as TestCacheCapacityFromReportedCachedTokens with an
+// Anthropic backend, whose usage reports the tokens read from its cache
+// apart from input_tokens: the gateway learns its capacity of 100 blocks
+// within a factor of two from them.
+func TestCacheCapacityFromAnthropicCacheReads(t *testing.T) {
+	sv := anthropicCacheBackend(t, 100)
+	cfg := Config{
+		Policy:   "slo-predictive",
+		Health:   Health{Path: "/health", Interval: Duration(time.Minute)},
+		Backends: []BackendConfig{{Name: "a", URL: sv.URL, API: "anthropic", Models: []string{"claude"}}},
+	}
+	g, url := startGateway(t, cfg, Options{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 64 {
+		prefix := strings.Repeat(fmt.Sprintf("group %02d says. ", rng.IntN(24)), 4096/16)
+		prompt := prefix + strings.Repeat(fmt.Sprintf("unique %06d. ", i), 1024/15)
+		b, _ := json.Marshal(map[string]any{"model": "claude", "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": prompt}}})
+		resp := post(t, url, "/v1/messages", string(b), nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if got := g.Scheduler().Backends()[0].CacheCapacity(); got != 64 && got != 128 {
+		t.Errorf("believed capacity %d blocks after 64 answers, want 64 or 128 (the backend holds 100)", got)
 	}
 }

@@ -103,11 +103,15 @@ type streamInfo struct {
 	errEv  bool
 	output int
 	input  int // prompt tokens by the backend's usage, when the event carries it
-	// cached is how many of them the backend's prefix cache held (OpenAI
-	// usage's prompt_tokens_details.cached_tokens) when hasCached: the
-	// event says (0 is a miss).
-	cached    int
-	hasCached bool
+	// cached is how many of the prompt's prompt tokens the backend's
+	// prefix cache held when hasCached: the event says (0 is a miss).
+	// OpenAI: usage's prompt_tokens_details.cached_tokens, of its
+	// prompt_tokens. Anthropic: cache_read_input_tokens, of those,
+	// cache_creation_input_tokens and input_tokens together (its
+	// input_tokens leaves out what was read from or written to the
+	// cache).
+	cached, prompt int
+	hasCached      bool
 }
 
 var (
@@ -125,6 +129,8 @@ var (
 	kPromptTok = []byte(`"prompt_tokens":`)
 	kInTok     = []byte(`"input_tokens":`)
 	kCachedTok = []byte(`"cached_tokens":`)
+	kCacheRead = []byte(`"cache_read_input_tokens":`)
+	kCacheMade = []byte(`"cache_creation_input_tokens":`)
 	kID        = []byte(`"id":"`)
 	kModel     = []byte(`"model":"`)
 )
@@ -140,6 +146,12 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		if !si.token {
 			si.output = intAfter(ev, kOutTok)
 			si.input = intAfter(ev, kInTok)
+			if bytes.Contains(ev, kCacheRead) {
+				read := intAfter(ev, kCacheRead)
+				if p := si.input + read + intAfter(ev, kCacheMade); p > 0 {
+					si.cached, si.prompt, si.hasCached = read, p, true
+				}
+			}
 		}
 		return si
 	}
@@ -153,7 +165,7 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		si.output = intAfter(ev, kCompTok)
 		si.input = intAfter(ev, kPromptTok)
 		if si.input > 0 && bytes.Contains(ev, kCachedTok) {
-			si.cached, si.hasCached = intAfter(ev, kCachedTok), true
+			si.cached, si.prompt, si.hasCached = intAfter(ev, kCachedTok), si.input, true
 		}
 	}
 	return si
