@@ -151,9 +151,8 @@ func (f *slotFit) predict(x [nBX]float64) float64 {
 	return y
 }
 
-// learn adds one (x, ttft) to the fit and, with solve, solves it again
-// (without, the coefficients stay those of an earlier solve: observe).
-func (f *slotFit) learn(x [nBX]float64, y float64, solve bool) {
+// learn adds one (x, ttft) to the fit and solves it again.
+func (f *slotFit) learn(x [nBX]float64, y float64) {
 	const l = boundForget
 	f.sw = l*f.sw + 1
 	for i := range nBX {
@@ -162,13 +161,6 @@ func (f *slotFit) learn(x [nBX]float64, y float64, solve bool) {
 			f.s[i][j] = l*f.s[i][j] + x[i]*x[j]
 		}
 	}
-	if solve {
-		f.solve()
-	}
-}
-
-// solve sets the coefficients from the normal equations.
-func (f *slotFit) solve() {
 	f.w = solveNonNeg(&f.s, &f.b)
 	// The queue ahead beyond the slots has barely varied, so its cost
 	// is not measured: assume each request waited for costs what a
@@ -318,10 +310,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 				}
 			}
 		}
-		// The believed fit is solved at every TTFT; the others, which
-		// are only scored, at every fourth (in turn, a quarter of them
-		// at each): solving is most of what a TTFT costs here.
-		f.learn(x, ttft, i == b.active || b.n < boundMinSamples || (b.n+i)%4 == 0)
+		f.learn(x, ttft)
 	}
 	b.n++
 	b.dirty++
@@ -343,7 +332,6 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 			if b.fits[i].err <= 1.1*lo {
 				if i != b.active {
 					b.active, b.dirty = i, boundWindow
-					b.fits[i].solve()
 				}
 				break
 			}

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -26,14 +27,25 @@ type slotTracker struct {
 	// Unix nanoseconds. A request is found again by its time alone: two
 	// requests of the same time are interchangeable here.
 	pend, dec []int64
-	// decode is the exponentially weighted mean of a request's first
-	// token to its end, seconds; service the time a request takes to its
-	// first token once it has a slot: the mean TTFT of the requests that
-	// found nothing else in flight, or before there is one, the least
-	// TTFT seen. (The mean TTFT of all requests counts the waits for
-	// slots that the simulation adds itself.)
-	decode, service float64
-	nDecode, nAlone int
+	// decodes are the last slotDecodeWindow requests' times from first
+	// token to end, seconds, sorted, and above[k] the sum of
+	// decodes[k:], for the mean time left to an answer of a given age
+	// (residual); ring is the same in the order they came, nDecode how
+	// many have come. Answers end where they end: with lengths spread
+	// from 8 to 96 tokens, an answer 100 ms along has more time left
+	// than the mean less 100 ms (fleet varied-answers,
+	// docs/routing-evaluation.md).
+	decodes [slotDecodeWindow]float64
+	above   [slotDecodeWindow + 1]float64
+	ring    [slotDecodeWindow]float64
+	nDecode int
+	// service is the time a request takes to its first token once it
+	// has a slot: the mean TTFT of the requests that found nothing else
+	// in flight, or before there is one, the least TTFT seen. (The mean
+	// TTFT of all requests counts the waits for slots that the
+	// simulation adds itself.)
+	service float64
+	nAlone  int
 	// rel is the simulation's scratch.
 	rel []float64
 }
@@ -48,8 +60,11 @@ const (
 	slotWaitMaxInFlight = 64
 )
 
-// slotTrackerAlpha is the weight of each new decode or TTFT in the means.
+// slotTrackerAlpha is the weight of each new TTFT in the service time.
 const slotTrackerAlpha = 0.1
+
+// slotDecodeWindow is how many recent decode times a tracker keeps.
+const slotDecodeWindow = 64
 
 // slotTrackerMax is the most requests a tracker follows: past it (a
 // data plane that never ends its requests), new ones are not followed,
@@ -110,13 +125,48 @@ func (s *slotTracker) ended(start, first, at time.Time, completed bool) {
 	if !remove(&s.dec, first.UnixNano()) || !completed {
 		return
 	}
-	d := at.Sub(first).Seconds()
-	if s.nDecode == 0 {
-		s.decode = d
-	} else {
-		s.decode += slotTrackerAlpha * (d - s.decode)
+	s.learnDecode(at.Sub(first).Seconds())
+}
+
+// learnDecode adds one decode time d to the window, in place of the
+// oldest when it is full.
+func (s *slotTracker) learnDecode(d float64) {
+	k := min(s.nDecode, slotDecodeWindow)
+	xs := s.decodes[:k]
+	if k == slotDecodeWindow {
+		old := s.ring[s.nDecode%slotDecodeWindow]
+		i, _ := slices.BinarySearch(xs, old)
+		xs = slices.Delete(xs, i, i+1)
+	}
+	s.ring[s.nDecode%slotDecodeWindow] = d
+	i, _ := slices.BinarySearch(xs, d)
+	xs = slices.Insert(xs, i, d)
+	copy(s.decodes[:], xs)
+	s.above[len(xs)] = 0
+	for j := len(xs) - 1; j >= 0; j-- {
+		s.above[j] = s.above[j+1] + xs[j]
 	}
 	s.nDecode++
+}
+
+// residual is the mean time left, seconds, to an answer decoding for
+// age seconds: the mean of the recent decode times longer than age, less
+// age; 0 when none was (it is due).
+func (s *slotTracker) residual(age float64) float64 {
+	k := min(s.nDecode, slotDecodeWindow)
+	i, _ := slices.BinarySearch(s.decodes[:k], age)
+	for i < k && s.decodes[i] <= age {
+		i++
+	}
+	if i == k {
+		return 0
+	}
+	return s.above[i]/float64(k-i) - age
+}
+
+// meanDecode is the mean of the recent decode times.
+func (s *slotTracker) meanDecode() float64 {
+	return s.above[0] / float64(min(s.nDecode, slotDecodeWindow))
 }
 
 // remove deletes the first element equal to v, keeping the order.
@@ -133,9 +183,9 @@ func remove(xs *[]int64, v int64) bool {
 // waits fills out[i] with how long a request sent now would wait for a
 // slot, seconds, were the backend's slots slotHypotheses[i]: the
 // requests in flight worked through first in, first out, each
-// decoding one ending a mean decode time after its first token, each
-// pending one taking its service time and a mean decode once a slot is
-// free.
+// decoding one ending when an answer of its age does on average
+// (residual), each pending one taking its service time and a mean
+// decode once a slot is free.
 // Zero where the request would find a free slot, beyond the hypotheses
 // simulated, or before a decode time has been learnt.
 func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
@@ -164,19 +214,19 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 func (s *slotTracker) simulate(now int64, m int) float64 {
 	rel := s.rel[:0]
 	for _, f := range s.dec {
-		rel = append(rel, max(0, s.decode-float64(now-f)/1e9))
+		rel = insertSorted(rel, 0, s.residual(float64(now-f)/1e9))
 	}
-	// rel is sorted: first tokens came in order.
+	decode := s.meanDecode()
 	lo := 0
 	for _, d := range s.pend {
 		var end float64
 		if held := len(rel) - lo; held < m {
 			// A free slot: in prefill since it came.
-			end = max(0, s.service-float64(now-d)/1e9) + s.decode
+			end = max(0, s.service-float64(now-d)/1e9) + decode
 		} else {
 			// Its slot frees when held−m+1 of those holding them end.
 			lo += held - m
-			end = rel[lo] + s.service + s.decode
+			end = rel[lo] + s.service + decode
 			lo++
 		}
 		rel = insertSorted(rel, lo, end)
