@@ -110,7 +110,17 @@ func (t *Ticket) sloVerdict() bool {
 	if !t.s.profile.predictive {
 		return true
 	}
-	return t.Prediction.Ready && t.Prediction.P95 <= t.SLO
+	if !t.Prediction.Ready || t.Prediction.P95 > t.SLO {
+		return false
+	}
+	// Nor one the queue bound foresaw: a wait for a slot, which the
+	// routing predictor does not price (it prices every request in
+	// flight alike). Behind long answers holding every slot, misses
+	// that only the bound foresaw demoted three of four stand-ins
+	// together, and the fourth took every request (fleet long-decode,
+	// docs/routing-evaluation.md).
+	q := t.QueueEstimate()
+	return !q.Ready || q.Mean <= t.SLO
 }
 
 // reportSLOForeseen feeds the SLO tracker a violation that is no verdict

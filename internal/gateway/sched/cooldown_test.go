@@ -71,12 +71,17 @@ func TestSLODemotionForeseen(t *testing.T) {
 		policy    string
 		base, tok float64 // the backend's learnt TTFT: base + tok per uncached token
 		trained   bool
-		want      int
+		// queued: six requests in flight, past the four slots whose
+		// wait the queue bound has learnt (the routing predictor has
+		// not: its TTFTs did not depend on the queue).
+		queued bool
+		want   int
 	}{
-		{"non-predictive policy: every violation counts", PrefixAffinity, 0.05, 2e-4, true, SLODemoted},
-		{"foreseen violations do not demote", SLOPredictive, 0.05, 2e-4, true, SLOOK},
-		{"unforeseen violations demote", SLOPredictive, 0.02, 2e-5, true, SLODemoted},
-		{"no ready prediction: no verdict", SLOPredictive, 0, 0, false, SLOOK},
+		{"non-predictive policy: every violation counts", PrefixAffinity, 0.05, 2e-4, true, false, SLODemoted},
+		{"foreseen violations do not demote", SLOPredictive, 0.05, 2e-4, true, false, SLOOK},
+		{"unforeseen violations demote", SLOPredictive, 0.02, 2e-5, true, false, SLODemoted},
+		{"foreseen by the queue bound: no verdict", SLOPredictive, 0.02, 2e-5, true, true, SLOOK},
+		{"no ready prediction: no verdict", SLOPredictive, 0, 0, false, false, SLOOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +89,16 @@ func TestSLODemotionForeseen(t *testing.T) {
 			bs := backends("a")
 			if tt.trained {
 				train(bs[0], 200, tt.base, tt.tok, rand.New(rand.NewPCG(5, 6)))
+			}
+			if tt.queued {
+				q := bs[0].preds.bound
+				q.on.Store(true)
+				rng := rand.New(rand.NewPCG(7, 8))
+				for range 200 {
+					f := Features{UncachedTokens: float64(rng.IntN(2000)), InFlight: float64(rng.IntN(8))}
+					q.observe(f, fifoTTFT(f, 4, tt.base, tt.tok*1000, 0.05))
+				}
+				bs[0].inFlight.Add(6)
 			}
 			s := mustNew(t, tt.policy, clk, bs)
 			for i := range demoteAfter {

@@ -140,13 +140,31 @@ func (f *breakerFilter) Filter(cy *Cycle, cands []Candidate) []Candidate {
 }
 
 // sloDemotionFilter drops backends the SLO tracker demoted, unless that
-// leaves none. A half-open backend with its probe slot free passes, and
-// the request becomes its probe if picked.
+// leaves fewer than half of them. A half-open backend with its probe
+// slot free passes, and the request becomes its probe if picked.
+//
+// Not below half: demotion is for a backend that misses the SLO where it
+// was predicted to meet it, while the others do not. When most of the
+// fleet misses at once, the load is the cause (answers holding every
+// slot, a burst), and moving all of it onto what is left makes that
+// worse: on four stand-ins with long answers, three demoted together
+// left one to take every request, fifteen deep, for a second or more
+// (fleet long-decode, a per-seed P99 of 265 ms where the others were
+// 55–110; docs/routing-evaluation.md).
 type sloDemotionFilter struct{}
 
 func (sloDemotionFilter) Type() string { return SLODemotionFilterType }
 
 func (sloDemotionFilter) Filter(cy *Cycle, cands []Candidate) []Candidate {
+	ok := 0
+	for i := range cands {
+		if cands[i].b.sloOK(cy.now) {
+			ok++
+		}
+	}
+	if 2*ok < len(cands) {
+		return cands
+	}
 	n := 0
 	for i := range cands {
 		if cands[i].b.sloOK(cy.now) {
@@ -155,7 +173,7 @@ func (sloDemotionFilter) Filter(cy *Cycle, cands []Candidate) []Candidate {
 		}
 	}
 	if n == 0 {
-		return cands // nothing was moved
+		return cands // nothing was moved (demoted since the count)
 	}
 	return cands[:n]
 }

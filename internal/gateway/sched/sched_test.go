@@ -2,6 +2,7 @@ package sched
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -458,4 +459,53 @@ func TestColdBackendIsNotRejected(t *testing.T) {
 	if !tk.MeetsSLO || tk.Reason == ReasonNoHeadroom || tk.Prediction.Ready {
 		t.Fatalf("cold backend: meets %v reason %s ready %v; want an optimistic try", tk.MeetsSLO, tk.Reason, tk.Prediction.Ready)
 	}
+}
+
+// Demotion takes a backend out only while at least half of the fleet is
+// left: with one of four demoted the request goes elsewhere, with three
+// of four every backend is a candidate again (the misses are the load's,
+// and one backend cannot take it all).
+func TestSLODemotionKeepsHalf(t *testing.T) {
+	for _, tt := range []struct {
+		demoted  int
+		wantUsed int // backends the next 40 picks use
+	}{{1, 3}, {2, 2}, {3, 4}} {
+		t.Run(fmt.Sprintf("%d of 4 demoted", tt.demoted), func(t *testing.T) {
+			clk := newClock()
+			bs := backends("a", "b", "c", "d")
+			s := mustNew(t, RoundRobin, clk, bs)
+			slo := 100 * time.Millisecond
+			for _, b := range bs[:tt.demoted] {
+				for range demoteAfter {
+					tk, _ := s.Pick(&Request{Model: "m", SLO: slo, Exclude: others(bs, b.Name())})
+					clk.add(200 * time.Millisecond)
+					tk.FirstToken()
+					tk.End(OutcomeOK)
+				}
+				if st := b.SLOState(clk.now()); st != SLODemoted {
+					t.Fatalf("%s after %d violations: state %d want demoted", b.Name(), demoteAfter, st)
+				}
+			}
+			used := map[string]bool{}
+			for range 40 {
+				tk, _ := s.Pick(&Request{Model: "m", SLO: slo})
+				used[tk.Backend.Name()] = true
+				tk.End(OutcomeCanceled)
+			}
+			if len(used) != tt.wantUsed {
+				t.Errorf("picks used %v; want %d backends", used, tt.wantUsed)
+			}
+		})
+	}
+}
+
+// others names every backend but name.
+func others(bs []*Backend, name string) []string {
+	var o []string
+	for _, b := range bs {
+		if b.Name() != name {
+			o = append(o, b.Name())
+		}
+	}
+	return o
 }
