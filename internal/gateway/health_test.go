@@ -241,18 +241,9 @@ func TestCacheCapacityFromReportedCachedTokens(t *testing.T) {
 		Backends: []BackendConfig{{Name: "a", URL: sv.URL(), API: "openai", Models: []string{"standin"}}},
 	}
 	g, url := startGateway(t, cfg, Options{})
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i := range 64 {
-		// One of 24 groups' 4 KiB prefix, then 1 KiB of its own.
-		prefix := strings.Repeat(fmt.Sprintf("group %02d says. ", rng.IntN(24)), 4096/16)
-		prompt := prefix + strings.Repeat(fmt.Sprintf("unique %06d. ", i), 1024/15)
-		resp := post(t, url, "/v1/chat/completions", chatBody("standin", false, prompt), nil)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("request %d: status %d", i, resp.StatusCode)
-		}
-	}
+	sendGroupPrompts(t, 64, func(prompt string) {
+		drain(t, post(t, url, "/v1/chat/completions", chatBody("standin", false, prompt), nil))
+	})
 	if got := g.Scheduler().Backends()[0].CacheCapacity(); got != 64 && got != 128 {
 		t.Errorf("believed capacity %d blocks after 64 answers, want 64 or 128 (the stand-in holds 100)", got)
 	}
@@ -326,19 +317,32 @@ func TestCacheCapacityFromAnthropicCacheReads(t *testing.T) {
 		Backends: []BackendConfig{{Name: "a", URL: sv.URL, API: "anthropic", Models: []string{"claude"}}},
 	}
 	g, url := startGateway(t, cfg, Options{})
-	rng := rand.New(rand.NewPCG(5, 6))
-	for i := range 64 {
-		prefix := strings.Repeat(fmt.Sprintf("group %02d says. ", rng.IntN(24)), 4096/16)
-		prompt := prefix + strings.Repeat(fmt.Sprintf("unique %06d. ", i), 1024/15)
+	sendGroupPrompts(t, 64, func(prompt string) {
 		b, _ := json.Marshal(map[string]any{"model": "claude", "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": prompt}}})
-		resp := post(t, url, "/v1/messages", string(b), nil)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("request %d: status %d", i, resp.StatusCode)
-		}
-	}
+		drain(t, post(t, url, "/v1/messages", string(b), nil))
+	})
 	if got := g.Scheduler().Backends()[0].CacheCapacity(); got != 64 && got != 128 {
 		t.Errorf("believed capacity %d blocks after 64 answers, want 64 or 128 (the backend holds 100)", got)
+	}
+}
+
+// sendGroupPrompts sends n prompts, each one of 24 groups' 4 KiB prefix
+// then 1 KiB of its own, through send.
+func sendGroupPrompts(t *testing.T, n int, send func(prompt string)) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range n {
+		prefix := strings.Repeat(fmt.Sprintf("group %02d says. ", rng.IntN(24)), 4096/16)
+		send(prefix + strings.Repeat(fmt.Sprintf("unique %06d. ", i), 1024/15))
+	}
+}
+
+// drain reads and closes an answer that must be a 200.
+func drain(t *testing.T, resp *http.Response) {
+	t.Helper()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }
