@@ -156,10 +156,16 @@ type sloDemotionFilter struct{}
 func (sloDemotionFilter) Type() string { return SLODemotionFilterType }
 
 func (sloDemotionFilter) Filter(cy *Cycle, cands []Candidate) []Candidate {
+	// One look at each backend's state (a lock each): the first 64 are
+	// remembered, any further looked at again.
+	var mask uint64
 	ok := 0
 	for i := range cands {
 		if cands[i].b.sloOK(cy.now) {
 			ok++
+			if i < 64 {
+				mask |= 1 << i
+			}
 		}
 	}
 	if 2*ok < len(cands) {
@@ -167,7 +173,7 @@ func (sloDemotionFilter) Filter(cy *Cycle, cands []Candidate) []Candidate {
 	}
 	n := 0
 	for i := range cands {
-		if cands[i].b.sloOK(cy.now) {
+		if i < 64 && mask&(1<<i) != 0 || i >= 64 && cands[i].b.sloOK(cy.now) {
 			keep(cands, n, i)
 			n++
 		}

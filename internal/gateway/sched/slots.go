@@ -46,8 +46,9 @@ type slotTracker struct {
 	// simulation adds itself.)
 	service float64
 	nAlone  int
-	// rel is the simulation's scratch.
-	rel []float64
+	// held is the decoding answers' mean times left, sorted, and rel
+	// the simulation's scratch.
+	held, rel []float64
 }
 
 // slotWaitMaxSlots is the largest slot hypothesis the tracker
@@ -196,6 +197,11 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 		return
 	}
 	t := now.UnixNano()
+	held := s.held[:0]
+	for _, f := range s.dec {
+		held = insertSorted(held, 0, s.residual(float64(t-f)/1e9))
+	}
+	s.held = held
 	for i, m := range slotHypotheses {
 		if m > slotWaitMaxSlots {
 			break
@@ -207,15 +213,13 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 	}
 }
 
-// simulate is waits for m slots. rel holds the times from now at which
-// the slots held free, sorted; the first len(rel)−m+1 of them must pass
-// before one is free for the next request in line (more requests may be
-// decoding than m: then m is wrong, and it is scored by how wrong).
+// simulate is waits for m slots, the decoding answers' times left in
+// s.held. rel holds the times from now at which the slots held free,
+// sorted; the first len(rel)−m+1 of them must pass before one is free
+// for the next request in line (more requests may be decoding than m:
+// then m is wrong, and it is scored by how wrong).
 func (s *slotTracker) simulate(now int64, m int) float64 {
-	rel := s.rel[:0]
-	for _, f := range s.dec {
-		rel = insertSorted(rel, 0, s.residual(float64(now-f)/1e9))
-	}
+	rel := append(s.rel[:0], s.held...)
 	decode := s.meanDecode()
 	lo := 0
 	for _, d := range s.pend {
