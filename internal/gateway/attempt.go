@@ -304,9 +304,8 @@ func (a *attempt) usageFrom(x *exchange, body []byte) {
 	switch {
 	case x.inUsage > 0 && bytes.Contains(body, kCachedTok):
 		a.t.ObserveCached(intAfter(body, kCachedTok), x.inUsage)
-	case a.backendAnthropic && bytes.Contains(body, kCacheRead):
-		read := intAfter(body, kCacheRead)
-		if p := intAfter(body, kInTok) + read + intAfter(body, kCacheMade); p > 0 {
+	case a.backendAnthropic:
+		if read, p, ok := anthropicCached(body); ok {
 			a.t.ObserveCached(read, p)
 		}
 	}

@@ -146,12 +146,7 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		if !si.token {
 			si.output = intAfter(ev, kOutTok)
 			si.input = intAfter(ev, kInTok)
-			if bytes.Contains(ev, kCacheRead) {
-				read := intAfter(ev, kCacheRead)
-				if p := si.input + read + intAfter(ev, kCacheMade); p > 0 {
-					si.cached, si.prompt, si.hasCached = read, p, true
-				}
-			}
+			si.cached, si.prompt, si.hasCached = anthropicCached(ev)
 		}
 		return si
 	}
@@ -169,6 +164,18 @@ func classify(ev []byte, anthropic bool) streamInfo {
 		}
 	}
 	return si
+}
+
+// anthropicCached reads an Anthropic usage's prompt-cache evidence: the
+// tokens read from the cache, of those, the ones written to it and
+// input_tokens together (which leaves both out); ok when the usage says.
+func anthropicCached(b []byte) (cached, prompt int, ok bool) {
+	if !bytes.Contains(b, kCacheRead) {
+		return 0, 0, false
+	}
+	read := intAfter(b, kCacheRead)
+	p := intAfter(b, kInTok) + read + intAfter(b, kCacheMade)
+	return read, p, p > 0
 }
 
 // stringAfter is the JSON string after key (ending in its opening
