@@ -178,6 +178,65 @@ func unseenFleets4() []Fleet {
 	}
 }
 
+// unseenFleets5 is a fifth set, written on 2026-12-05 while the picker
+// was being changed on varied-answers and long-decode (the queue
+// rules of that session, docs/routing-evaluation.md) and committed
+// before any run of it. It mixes what the sets before varied one at a
+// time: many small backends of two slots, long unique messages after
+// short prefixes (the prefill of what is not cached dominates), a fast
+// backend slowing while answers hold the slots, open-loop arrivals with
+// answers of many lengths, and engines that publish no metrics with
+// two slots each.
+func unseenFleets5() []Fleet {
+	sb := standinBase
+	wl := baseWorkload()
+	slots := func(c standin.Config, n int) standin.Config {
+		c.Slots = n
+		return c
+	}
+	var ten []standin.Config
+	for i := range 10 {
+		sp := 1.0
+		if i < 2 {
+			sp = 2
+		}
+		ten = append(ten, slots(sb(string(rune('a'+i)), 48, sp), 2))
+	}
+	tenWl := wl
+	tenWl.Groups, tenWl.PrefixChars, tenWl.OutputTokens, tenWl.Concurrency = 24, 3072, 16, 16
+	suffixes := wl
+	suffixes.PrefixChars, suffixes.SuffixMin, suffixes.SuffixMax, suffixes.Concurrency = 2048, 2000, 6000, 10
+	drift := []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)}
+	drift[0].DriftAt, drift[0].DriftFactor = time.Second, 3
+	driftWl := wl
+	driftWl.OutputTokens, driftWl.Concurrency = 32, 14
+	open := wl
+	open.OutputTokens, open.OutputTokensMax = 8, 48
+	open.Concurrency, open.Rate, open.Arrival = 64, 150, "poisson"
+	var quiet []standin.Config
+	for i, sp := range []float64{2, 2, 1, 1, 1} {
+		c := slots(sb(string(rune('a'+i)), 96, sp), 2)
+		c.NoMetrics = true
+		quiet = append(quiet, c)
+	}
+	quietWl := wl
+	quietWl.Groups, quietWl.OutputTokens, quietWl.OutputTokensMax, quietWl.Concurrency = 12, 4, 40, 9
+	return []Fleet{
+		{Name: "ten-small", About: "10 stand-ins of 2 slots and 48 blocks (two 2×); 24 groups of 3 KiB, 16-token answers, concurrency 16",
+			StandIns: ten, Workload: tenWl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "long-suffixes", About: "4 stand-ins (two 2×) of 128 blocks; 16 groups of 2 KiB prefixes before 2–6 KiB unique messages, concurrency 10",
+			StandIns: []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)},
+			Workload: suffixes, SLO: 100 * time.Millisecond, CacheMatters: true},
+		{Name: "drift-long-answers", About: "4 stand-ins (two 2×) of 128 blocks, one fast one 3× slower from 1 s on; 32-token answers, concurrency 14",
+			StandIns: drift, Workload: driftWl, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "poisson-answers", About: "4 equal stand-ins of 4 slots and 128 blocks; Poisson 150 req/s, answers of 8–48 tokens",
+			StandIns: []standin.Config{sb("a", 128, 1), sb("b", 128, 1), sb("c", 128, 1), sb("d", 128, 1)},
+			Workload: open, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "quiet-two-slots", About: "5 stand-ins of 2 slots that publish no metrics (2×, 2×, 1×, 1×, 1×), 96 blocks; 12 groups, answers of 4–40 tokens, concurrency 9",
+			StandIns: quiet, Workload: quietWl, SLO: 80 * time.Millisecond, CacheMatters: true},
+	}
+}
+
 // TestUnseenFleets runs round-robin, the two single signals and the
 // default on unseenFleets, LIVEEVAL_UNSEEN seeds each (about 30 s per
 // seed here), prints the suite's tables and fails where the default's
@@ -186,8 +245,8 @@ func unseenFleets4() []Fleet {
 //
 //	LIVEEVAL_UNSEEN=6 go test ./internal/gateway/liveeval -run TestUnseenFleets -v -timeout 30m
 //
-// LIVEEVAL_UNSEEN_SET=2, 3 or 4 runs the second, third or fourth set
-// instead.
+// LIVEEVAL_UNSEEN_SET=2, 3, 4 or 5 runs the second, third, fourth or
+// fifth set instead.
 // LIVEEVAL_UNSEEN_FLEETS and LIVEEVAL_UNSEEN_POLICIES (comma-separated)
 // run fewer, for comparing two builds side by side; the verdicts then
 // compare the default with the single signals among those run.
@@ -212,8 +271,10 @@ func TestUnseenFleets(t *testing.T) {
 		fleets = unseenFleets3()
 	case "4":
 		fleets = unseenFleets4()
+	case "5":
+		fleets = unseenFleets5()
 	default:
-		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1, 2, 3 or 4", v)
+		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1, 2, 3, 4 or 5", v)
 	}
 	if v := os.Getenv("LIVEEVAL_UNSEEN_FLEETS"); v != "" {
 		want := strings.Split(v, ",")
