@@ -71,17 +71,24 @@ func TestSLODemotionForeseen(t *testing.T) {
 		policy    string
 		base, tok float64 // the backend's learnt TTFT: base + tok per uncached token
 		trained   bool
-		// queued: six requests in flight, past the four slots whose
-		// wait the queue bound has learnt (the routing predictor has
-		// not: its TTFTs did not depend on the queue).
-		queued bool
+		// queued: this many requests in flight on a backend of four
+		// slots, each waited for past them 50 ms, which the queue
+		// bound has learnt (the routing predictor has not: its TTFTs
+		// did not depend on the queue); 0: the bound has learnt
+		// nothing.
+		queued int64
 		want   int
 	}{
-		{"non-predictive policy: every violation counts", PrefixAffinity, 0.05, 2e-4, true, false, SLODemoted},
-		{"foreseen violations do not demote", SLOPredictive, 0.05, 2e-4, true, false, SLOOK},
-		{"unforeseen violations demote", SLOPredictive, 0.02, 2e-5, true, false, SLODemoted},
-		{"foreseen by the queue bound: no verdict", SLOPredictive, 0.02, 2e-5, true, true, SLOOK},
-		{"no ready prediction: no verdict", SLOPredictive, 0, 0, false, false, SLOOK},
+		{"non-predictive policy: every violation counts", PrefixAffinity, 0.05, 2e-4, true, 0, SLODemoted},
+		{"foreseen violations do not demote", SLOPredictive, 0.05, 2e-4, true, 0, SLOOK},
+		{"unforeseen violations demote", SLOPredictive, 0.02, 2e-5, true, 0, SLODemoted},
+		// Six in flight: three waited for, 190 ms predicted.
+		{"foreseen by the queue bound: no verdict", SLOPredictive, 0.02, 2e-5, true, 6, SLOOK},
+		// Four in flight: one waited for, 90 ms predicted, within the
+		// SLO; but the request found every slot taken.
+		{"every slot taken: no verdict", SLOPredictive, 0.02, 2e-5, true, 4, SLOOK},
+		{"a slot free: violations demote", SLOPredictive, 0.02, 2e-5, true, 2, SLODemoted},
+		{"no ready prediction: no verdict", SLOPredictive, 0, 0, false, 0, SLOOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,7 +97,7 @@ func TestSLODemotionForeseen(t *testing.T) {
 			if tt.trained {
 				train(bs[0], 200, tt.base, tt.tok, rand.New(rand.NewPCG(5, 6)))
 			}
-			if tt.queued {
+			if tt.queued > 0 {
 				q := bs[0].preds.bound
 				q.on.Store(true)
 				rng := rand.New(rand.NewPCG(7, 8))
@@ -98,7 +105,7 @@ func TestSLODemotionForeseen(t *testing.T) {
 					f := Features{UncachedTokens: float64(rng.IntN(2000)), InFlight: float64(rng.IntN(8))}
 					q.observe(f, fifoTTFT(f, 4, tt.base, tt.tok*1000, 0.05))
 				}
-				bs[0].inFlight.Add(6)
+				bs[0].inFlight.Add(tt.queued)
 			}
 			s := mustNew(t, tt.policy, clk, bs)
 			for i := range demoteAfter {
