@@ -144,10 +144,6 @@ func unseenFleets3() []Fleet {
 func unseenFleets4() []Fleet {
 	sb := standinBase
 	wl := baseWorkload()
-	slots := func(c standin.Config, n int) standin.Config {
-		c.Slots = n
-		return c
-	}
 	varied := wl
 	varied.OutputTokens, varied.OutputTokensMax, varied.Concurrency = 8, 96, 14
 	two := wl
@@ -163,17 +159,17 @@ func unseenFleets4() []Fleet {
 			StandIns: []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)},
 			Workload: varied, SLO: 80 * time.Millisecond, CacheMatters: true},
 		{Name: "two-slots-six", About: "6 stand-ins of 2 slots (2×, 2×, 1.5×, 1×, 1×, 1×) of 64 blocks; 12 groups, 24-token answers, concurrency 10",
-			StandIns: []standin.Config{slots(sb("a", 64, 2), 2), slots(sb("b", 64, 2), 2), slots(sb("c", 64, 1.5), 2),
-				slots(sb("d", 64, 1), 2), slots(sb("e", 64, 1), 2), slots(sb("f", 64, 1), 2)},
+			StandIns: []standin.Config{withSlots(sb("a", 64, 2), 2), withSlots(sb("b", 64, 2), 2), withSlots(sb("c", 64, 1.5), 2),
+				withSlots(sb("d", 64, 1), 2), withSlots(sb("e", 64, 1), 2), withSlots(sb("f", 64, 1), 2)},
 			Workload: two, SLO: 80 * time.Millisecond, CacheMatters: true},
 		{Name: "overcommitted", About: "4 equal stand-ins of 4 slots and 128 blocks; 32-token answers, concurrency 20 on 16 slots",
 			StandIns: []standin.Config{sb("a", 128, 1), sb("b", 128, 1), sb("c", 128, 1), sb("d", 128, 1)},
 			Workload: over, SLO: 100 * time.Millisecond, CacheMatters: true},
 		{Name: "eight-slots-long", About: "3 stand-ins of 8 slots (2×, 1×, 1×) of 192 blocks; 64-token answers, concurrency 20",
-			StandIns: []standin.Config{slots(sb("fast", 192, 2), 8), slots(sb("slow-a", 192, 1), 8), slots(sb("slow-b", 192, 1), 8)},
+			StandIns: []standin.Config{withSlots(sb("fast", 192, 2), 8), withSlots(sb("slow-a", 192, 1), 8), withSlots(sb("slow-b", 192, 1), 8)},
 			Workload: eight, SLO: 80 * time.Millisecond, CacheMatters: true},
 		{Name: "one-and-four-slots", About: "2 one-slot stand-ins at 2× beside 2 four-slot at 1×, 96 blocks; 10 groups, 16-token answers, concurrency 8",
-			StandIns: []standin.Config{slots(sb("one-a", 96, 2), 1), slots(sb("one-b", 96, 2), 1), sb("four-a", 96, 1), sb("four-b", 96, 1)},
+			StandIns: []standin.Config{withSlots(sb("one-a", 96, 2), 1), withSlots(sb("one-b", 96, 2), 1), sb("four-a", 96, 1), sb("four-b", 96, 1)},
 			Workload: mixed, SLO: 80 * time.Millisecond, CacheMatters: true},
 	}
 }
@@ -190,17 +186,13 @@ func unseenFleets4() []Fleet {
 func unseenFleets5() []Fleet {
 	sb := standinBase
 	wl := baseWorkload()
-	slots := func(c standin.Config, n int) standin.Config {
-		c.Slots = n
-		return c
-	}
 	var ten []standin.Config
 	for i := range 10 {
 		sp := 1.0
 		if i < 2 {
 			sp = 2
 		}
-		ten = append(ten, slots(sb(string(rune('a'+i)), 48, sp), 2))
+		ten = append(ten, withSlots(sb(string(rune('a'+i)), 48, sp), 2))
 	}
 	tenWl := wl
 	tenWl.Groups, tenWl.PrefixChars, tenWl.OutputTokens, tenWl.Concurrency = 24, 3072, 16, 16
@@ -215,7 +207,7 @@ func unseenFleets5() []Fleet {
 	open.Concurrency, open.Rate, open.Arrival = 64, 150, "poisson"
 	var quiet []standin.Config
 	for i, sp := range []float64{2, 2, 1, 1, 1} {
-		c := slots(sb(string(rune('a'+i)), 96, sp), 2)
+		c := withSlots(sb(string(rune('a'+i)), 96, sp), 2)
 		c.NoMetrics = true
 		quiet = append(quiet, c)
 	}
@@ -235,6 +227,12 @@ func unseenFleets5() []Fleet {
 		{Name: "quiet-two-slots", About: "5 stand-ins of 2 slots that publish no metrics (2×, 2×, 1×, 1×, 1×), 96 blocks; 12 groups, answers of 4–40 tokens, concurrency 9",
 			StandIns: quiet, Workload: quietWl, SLO: 80 * time.Millisecond, CacheMatters: true},
 	}
+}
+
+// withSlots is c with n slots.
+func withSlots(c standin.Config, n int) standin.Config {
+	c.Slots = n
+	return c
 }
 
 // TestUnseenFleets runs round-robin, the two single signals and the

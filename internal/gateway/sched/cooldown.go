@@ -119,13 +119,10 @@ func (t *Ticket) sloVerdict() bool {
 	// that only the bound foresaw demoted three of four stand-ins
 	// together, and the fourth took every request (fleet long-decode,
 	// docs/routing-evaluation.md).
-	q := t.QueueEstimate()
-	if !q.Ready {
-		return true
-	}
 	// Nor one that found every slot taken: its wait was the queue's,
 	// which the picker chose, not the backend's service.
-	return q.Mean <= t.SLO && t.feat.InFlight < float64(q.Slots)
+	q := t.QueueEstimate()
+	return !q.Ready || q.Mean <= t.SLO && t.feat.InFlight < float64(q.Slots)
 }
 
 // reportSLOForeseen feeds the SLO tracker a violation that is no verdict
