@@ -186,7 +186,11 @@ func TestServedRecords(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body := `{"model":"standin","stream":true,"max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`
+			// 60 tokens keep the first answer going 60 ms past its first
+			// token, so the second request still queues behind it by more
+			// than the cost when the two leave up to 60 ms apart (a loaded
+			// CI machine staggers goroutines by tens of milliseconds).
+			body := `{"model":"standin","stream":true,"max_tokens":60,"messages":[{"role":"user","content":"hi"}]}`
 			req, _ := http.NewRequest(http.MethodPost, s.URL()+"/v1/chat/completions", strings.NewReader(body))
 			req.Header.Set("X-Request-Id", id)
 			t0 := time.Now()
