@@ -86,8 +86,9 @@ type Served struct {
 	// Arrived is when the handler started on the request.
 	Arrived time.Time
 	// Queued is the wait for a slot; TTFT the time from arrival to the
-	// first content token written and flushed (the whole answer for a
-	// request that does not stream): queueing, the prefill of the
+	// first content token's write, taken just before it is flushed (the
+	// whole answer for a request that does not stream), so a client can
+	// only see it later: queueing, the prefill of the
 	// uncached characters and the fixed overhead, as the server paid
 	// them.
 	Queued, TTFT time.Duration
@@ -199,15 +200,15 @@ func (s *Server) Served() []Served {
 	return slices.Clone(s.served)
 }
 
-// record notes a request's first token (now).
-// record notes a request's first token, written now; modelled is what the
-// latency model said it would take from the slot on.
-func (s *Server) record(id string, arrived, slot time.Time, prompt, hit int, modelled time.Duration) {
-	now := time.Now()
+// record notes a request's first token, written at first; modelled is
+// what the latency model said it would take from the slot on. The caller
+// stamps first before the flush, not after: a goroutine preempted between
+// the two would otherwise stamp a token the client already holds.
+func (s *Server) record(id string, arrived, slot, first time.Time, prompt, hit int, modelled time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.served = append(s.served, Served{ID: id, Arrived: arrived, Queued: slot.Sub(arrived), TTFT: now.Sub(arrived),
-		Late: max(now.Sub(slot)-modelled, 0), PromptChars: prompt, HitChars: hit, Backend: s.cfg.Name})
+	s.served = append(s.served, Served{ID: id, Arrived: arrived, Queued: slot.Sub(arrived), TTFT: first.Sub(arrived),
+		Late: max(first.Sub(slot)-modelled, 0), PromptChars: prompt, HitChars: hit, Backend: s.cfg.Name})
 }
 
 // factor is the cost multiplier now: drift over speed.
@@ -393,8 +394,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 				"message": map[string]any{"role": "assistant", "content": strings.Repeat("tok ", out)}}},
 			"usage": usage(promptTokens, out, hit/4),
 		})
+		first := time.Now()
 		_, _ = w.Write(b)
-		s.record(id, arrived, slot, len(p), hit, prefill+time.Duration(f*float64(s.cfg.DecodePerToken)*float64(out-1)))
+		s.record(id, arrived, slot, first, len(p), hit, prefill+time.Duration(f*float64(s.cfg.DecodePerToken)*float64(out-1)))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -417,13 +419,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			finish = "length"
 		}
 		chunk(map[string]any{"content": "tok "}, finish)
+		first := time.Now()
 		if i < out-1 && fl != nil {
 			fl.Flush()
 		}
 		if i == 0 {
 			// Written and, but for a one-token answer (flushed with its
 			// end below), flushed: the server's part of the TTFT is done.
-			s.record(id, arrived, slot, len(p), hit, prefill)
+			s.record(id, arrived, slot, first, len(p), hit, prefill)
 		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
