@@ -90,8 +90,22 @@ const boundWindow = 256
 const boundForget = 0.99
 
 // boundMinSamples is how many TTFTs the model needs before admission
-// trusts it (before that the routing prediction decides).
-const boundMinSamples = 16
+// and routing (queuedSpill) trust it; before that the routing
+// prediction decides. Eight, not sixteen: a fleet of ten backends
+// shares a run's 100 warm-up requests, about ten each, and at sixteen
+// half its bounds were still unready for the first hundreds of measured
+// requests, when a home full past its slots kept its queue (94 of 154
+// such stays in a pick log of fleet ten-small) and spills went by a
+// linear prediction that read 0–1 ms for a backend holding 3–5
+// requests. At eight, the pooled P99 over 16 paired runs per fleet on
+// seeds 1–16 was 0.87× on ten-small, 0.92× on quiet-two-slots, 0.88×
+// on two-slots-six, 0.77× on overcommitted, 0.86× on long-decode and
+// 0.96–1.04× where nothing waits (two, bursty, eight; seeds 1–8 twice
+// agreed; docs/routing-evaluation.md, "Trusting the queue bound
+// sooner"). Admission
+// stays cautious while the errors are few: until 32, the bound is at
+// least 1.5 × its mean (estimateLocked).
+const boundMinSamples = 8
 
 // AdmitQuantile is the quantile of a request's predicted TTFT that must be
 // within the SLO for admission reject or degrade to admit it: 0.99, since

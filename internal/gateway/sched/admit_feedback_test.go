@@ -263,18 +263,45 @@ func (sim *fifoSim) run(t *testing.T, n int, seed uint64) []simOutcome {
 // admitting into it: over the slowdown more than 1% of the admitted
 // miss. With the loop, the first tokens' lateness holds admission back
 // within a few of them and use backs off: of the requests arriving
-// during the slowdown at most half as many miss as open loop, and over
-// the whole run at most 1% of those admitted. Afterwards the loop
-// relaxes: use is back at 1 before the end, and the share refused over
-// the last 10 s is within 3 points of the open loop's. (Over the
-// simulation's seeds 1–10, 15–38 requests arriving during the slowdown
-// missed open loop, 6–13 with the loop; over the whole run 0.95–1.8% of
-// the admitted open loop — the bound's misses come in runs at the edge
-// of a queue, slowdown or not — and 0.3–0.85% with it. Seed 5 is
-// pinned.)
-func TestAdmissionFeedbackSlowdown(t *testing.T) { testFeedbackSlowdown(t, 5) }
+// during the slowdown at most half as many miss as open loop (pooled
+// over the simulation's seeds 1–10), and over each whole run at most 1%
+// of those admitted. Afterwards the loop relaxes: use is back at 1
+// before the end, and the share refused over the last 10 s (pooled) is
+// within 3 points of the open loop's.
+//
+// Pooled, not one pinned seed: per seed, 19–39 requests arriving during
+// the slowdown missed open loop and 6–15 with the loop, so a seed's
+// ratio is a coin near one half (seed 5 failed it once the queue bound
+// was trusted from 8 TTFTs instead of 16, a change that moved neither
+// total: 266 against 88, then 284 against 95), and the refused share of
+// a seed's last 10 s lies within a few points either side (seed 3: 3.1
+// points over). Over the whole run 0.9–1.9% of the admitted missed
+// open loop — the bound's misses come in runs at the edge of a queue,
+// slowdown or not — and 0.5–0.9% with it.
+func TestAdmissionFeedbackSlowdown(t *testing.T) {
+	var open, closed slowdownSummary
+	for seed := uint64(1); seed <= 10; seed++ {
+		o, c := testFeedbackSlowdown(t, seed)
+		open.missedAfter += o.missedAfter
+		closed.missedAfter += c.missedAfter
+		open.tailRefused += o.tailRefused
+		closed.tailRefused += c.tailRefused
+		closed.tailN += c.tailN
+	}
+	t.Logf("pooled over seeds 1–10: %d admitted during the slowdown missed open loop, %d closed; %d refused over the last 10 s open loop, %d of %d closed",
+		open.missedAfter, closed.missedAfter, open.tailRefused, closed.tailRefused, closed.tailN)
+	if 2*closed.missedAfter > open.missedAfter {
+		t.Errorf("pooled over seeds 1–10: %d admitted during the slowdown missed closed loop, %d open loop; want at most half", closed.missedAfter, open.missedAfter)
+	}
+	if closed.tailRefused > open.tailRefused+closed.tailN*3/100 {
+		t.Errorf("pooled over seeds 1–10: %d of %d refused over the last 10 s closed loop, %d open loop; want within 3 points", closed.tailRefused, closed.tailN, open.tailRefused)
+	}
+}
 
-func testFeedbackSlowdown(t *testing.T, simSeed uint64) {
+// testFeedbackSlowdown runs one seed of TestAdmissionFeedbackSlowdown
+// open loop and closed, checks what must hold in every run, and returns
+// how many requests admitted during the slowdown missed in each.
+func testFeedbackSlowdown(t *testing.T, simSeed uint64) (open, closed slowdownSummary) {
 	const (
 		service = 20 * time.Millisecond
 		slo     = 200 * time.Millisecond
@@ -287,29 +314,26 @@ func testFeedbackSlowdown(t *testing.T, simSeed uint64) {
 		}
 		return 1
 	}
-	type summary struct {
-		admittedDuring         int // arrived during the slowdown, admitted
-		missedAfter            int // and missed
-		allAdmitted, allMissed int
-		tailRefused, tailN     int // over the last 10 s
-		relaxed                bool
-	}
-	run := func(open bool) summary {
+	run := func(open bool) slowdownSummary {
 		clk := newClock()
 		s := mustNew(t, RoundRobin, clk, backends("a", "b"))
 		s.loops.off = open
 		sim := &fifoSim{s: s, clk: clk, service: service, speed: speed, rate: 150, slo: slo}
 		out := sim.run(t, n, simSeed)
-		if use, _, ok := s.AdmissionFeedback("m", slo); ok == open || !open && use != out[len(out)-1].use {
-			t.Fatalf("open loop %v: AdmissionFeedback says use %v (ok %v), the last request saw %v", open, use, ok, out[len(out)-1].use)
+		// Not the use the last request saw: the requests still queued
+		// then finish after it (sim.run), and their lateness may move
+		// the loop again.
+		use, _, ok := s.AdmissionFeedback("m", slo)
+		if ok == open || !open && !(use > 0 && use <= 1) {
+			t.Fatalf("seed %d, open loop %v: AdmissionFeedback says use %v (ok %v)", simSeed, open, use, ok)
 		}
-		// What the gateway's metrics export: one route, its use as the
-		// last request saw it, and the slowdown's back-offs counted.
+		// What the gateway's metrics export: one route, its use as
+		// AdmissionFeedback says, and the slowdown's back-offs counted.
 		rs := s.AdmissionRoutes()
-		if open != (len(rs) == 0) || !open && (len(rs) != 1 || rs[0].Model != "m" || rs[0].Use != out[len(out)-1].use || rs[0].Backoffs == 0) {
-			t.Fatalf("open loop %v: AdmissionRoutes %+v, the last request saw use %v", open, rs, out[len(out)-1].use)
+		if open != (len(rs) == 0) || !open && (len(rs) != 1 || rs[0].Model != "m" || rs[0].Use != use || rs[0].Backoffs == 0) {
+			t.Fatalf("seed %d, open loop %v: AdmissionRoutes %+v, AdmissionFeedback says use %v", simSeed, open, rs, use)
 		}
-		var sm summary
+		var sm slowdownSummary
 		end := out[len(out)-1].at
 		for _, o := range out {
 			if o.at >= slowTo && o.use == 1 {
@@ -340,26 +364,34 @@ func testFeedbackSlowdown(t *testing.T, simSeed uint64) {
 	if use, _, ok := mustNew(t, RoundRobin, newClock(), backends("a")).AdmissionFeedback("m", slo); ok || use != 1 {
 		t.Fatalf("a scheduler that admitted nothing: use %v, ok %v; want 1, false", use, ok)
 	}
-	open, closed := run(true), run(false)
+	open, closed = run(true), run(false)
 	for _, r := range []struct {
 		name string
-		sm   summary
+		sm   slowdownSummary
 	}{{"open loop", open}, {"closed loop", closed}} {
-		t.Logf("%s: %d of %d admitted during the slowdown missed, %d of %d admitted in all; %d of %d refused over the last 10 s",
-			r.name, r.sm.missedAfter, r.sm.admittedDuring, r.sm.allMissed, r.sm.allAdmitted, r.sm.tailRefused, r.sm.tailN)
+		t.Logf("seed %d, %s: %d of %d admitted during the slowdown missed, %d of %d admitted in all; %d of %d refused over the last 10 s",
+			simSeed, r.name, r.sm.missedAfter, r.sm.admittedDuring, r.sm.allMissed, r.sm.allAdmitted, r.sm.tailRefused, r.sm.tailN)
 	}
 	if open.missedAfter < 10 || float64(open.missedAfter) <= loopTarget*float64(open.admittedDuring) {
-		t.Fatalf("open loop: %d of %d admitted during the slowdown missed; the test needs a slowdown the fits lag, past 1%%",
-			open.missedAfter, open.admittedDuring)
+		t.Fatalf("seed %d, open loop: %d of %d admitted during the slowdown missed; the test needs a slowdown the fits lag, past 1%%",
+			simSeed, open.missedAfter, open.admittedDuring)
 	}
-	if 2*closed.missedAfter > open.missedAfter || float64(closed.allMissed) > loopTarget*float64(closed.allAdmitted) {
-		t.Errorf("closed loop: %d admitted during the slowdown missed (open loop %d), %d of %d in all; want at most half, ≤ 1%%",
-			closed.missedAfter, open.missedAfter, closed.allMissed, closed.allAdmitted)
+	if float64(closed.allMissed) > loopTarget*float64(closed.allAdmitted) {
+		t.Errorf("seed %d, closed loop: %d of %d admitted missed in all; want ≤ 1%%", simSeed, closed.allMissed, closed.allAdmitted)
 	}
-	if !closed.relaxed || closed.tailRefused > open.tailRefused+closed.tailN*3/100 {
-		t.Errorf("closed loop after the slowdown: relaxed to 1: %v; %d of %d refused over the last 10 s (open loop %d); want within 3 points",
-			closed.relaxed, closed.tailRefused, closed.tailN, open.tailRefused)
+	if !closed.relaxed {
+		t.Errorf("seed %d, closed loop: use never back at 1 after the slowdown", simSeed)
 	}
+	return open, closed
+}
+
+// slowdownSummary is one run of testFeedbackSlowdown.
+type slowdownSummary struct {
+	admittedDuring         int // arrived during the slowdown, admitted
+	missedAfter            int // and missed
+	allAdmitted, allMissed int
+	tailRefused, tailN     int // over the last 10 s
+	relaxed                bool
 }
 
 // TestAdmissionProbesUnlock: a slowdown (the service time 2× or 5× for
