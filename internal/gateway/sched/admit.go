@@ -102,9 +102,8 @@ const boundForget = 0.99
 // on two-slots-six, 0.77× on overcommitted, 0.86× on long-decode and
 // 0.96–1.04× where nothing waits (two, bursty, eight; seeds 1–8 twice
 // agreed; docs/routing-evaluation.md, "Trusting the queue bound
-// sooner"). Admission
-// stays cautious while the errors are few: until 32, the bound is at
-// least 1.5 × its mean (estimateLocked).
+// sooner"). Admission stays cautious while the errors are few: until
+// 32, the bound is at least 1.5 × its mean (estimateLocked).
 const boundMinSamples = 8
 
 // AdmitQuantile is the quantile of a request's predicted TTFT that must be

@@ -300,7 +300,7 @@ func TestAdmissionFeedbackSlowdown(t *testing.T) {
 
 // testFeedbackSlowdown runs one seed of TestAdmissionFeedbackSlowdown
 // open loop and closed, checks what must hold in every run, and returns
-// how many requests admitted during the slowdown missed in each.
+// both runs' summaries for the pooled checks.
 func testFeedbackSlowdown(t *testing.T, simSeed uint64) (open, closed slowdownSummary) {
 	const (
 		service = 20 * time.Millisecond
