@@ -505,10 +505,11 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	tp := float64(d.TP)
 	T := float64(l.tokens)
 	// GEMMs run in the compute dtype; attention stays 16-bit (FlashAttention).
-	eff := p.ComputeEffMax * T / (T + p.ComputeHalfTokens)
+	half := d.halfTokens()
+	eff := p.ComputeEffMax * T / (T + half)
 	gemmEff := eff
 	if d.ComputeDtype == "fp8" && p.FP8ComputeEffMax > 0 {
-		gemmEff = p.FP8ComputeEffMax * T / (T + p.ComputeHalfTokens)
+		gemmEff = p.FP8ComputeEffMax * T / (T + half)
 	}
 	gemm := d.linearFlopsTok*T + d.headFlopsSeq*float64(l.seqs)
 	attn := 4 * float64(d.Model.Layers) * d.attnDim * l.attn
@@ -575,6 +576,35 @@ func (d *Deployment) stepTime(l stepLoad) StepBreakdown {
 	return b
 }
 
+// refBalance is the 16-bit machine balance at which a profile's
+// compute_half_tokens is stated: the H100 SXM's, 989 dense TFLOPS over
+// 3.35 TB/s, ≈ 295 FLOP per byte.
+const refBalance = 989e12 / 3350e9
+
+// halfTokens is the tokens per step at which this deployment's GEMMs
+// reach half of their peak efficiency: the profile's compute_half_tokens
+// scaled by the GPU's 16-bit machine balance (peak FLOPS per byte of
+// HBM bandwidth) over the H100 SXM's.
+//
+// Why the balance: a GEMM over T tokens does 2·T FLOPs per 16-bit weight
+// it streams, so it turns from bound by streaming the weights to bound
+// by compute at T ≈ the balance (its ridge point), and the kernels' fall
+// from their peak efficiency — tiles part-filled, loads not hidden under
+// math — is the rounded corner of that roofline, which sits where the
+// ridge does. A constant ramp put the corner of a GPU of a quarter of
+// the H100's balance (an RTX 3090: 71 TFLOPS over 936 GB/s) four times
+// too far out, timing its 200-token prefills at about half of peak where
+// measured runs needed two thirds (docs/simulator-validation.md).
+// CPU profiles (compute_half_tokens ≤ 1: a core's SIMD lanes fill at one
+// token) keep theirs.
+func (d *Deployment) halfTokens() float64 {
+	h := d.Profile.ComputeHalfTokens
+	if h <= 1 || d.peak16 <= 0 || d.GPU.BandwidthGBs <= 0 {
+		return h
+	}
+	return h * d.peak16 / (d.GPU.BandwidthGBs * 1e9) / refBalance
+}
+
 // draftStep is one decode step of the draft model for n sequences, run on
 // the same GPUs (weights replicated, so no all-reduce), with 16-bit math on
 // weights in the draft's own format.
@@ -591,7 +621,7 @@ func (d *Deployment) draftStep(n int, ctx float64) float64 {
 	if p.Int8Activations && (d.draftFmt.name == "int4" || d.draftFmt.name == "int8") && d.GPU.TFLOPS["int8"] > 0 {
 		peak = d.GPU.TFLOPS["int8"]
 	}
-	tc := flops / (peak * 1e12 * p.ComputeEffMax * N / (N + p.ComputeHalfTokens))
+	tc := flops / (peak * 1e12 * p.ComputeEffMax * N / (N + d.halfTokens()))
 	if d.draftFmt.weightOnly {
 		tc *= 1 + p.DequantOverhead
 	}

@@ -217,6 +217,7 @@ func predictStatic0(d *Deployment, r *CorpusRow) CorpusPred {
 //	compute_eff_max 0.63      midpoint of the 0.57–0.69 of peak reported for A100 prefill at 2k tokens
 //	fp8_compute_eff_max 0.5   early FP8 GEMMs reached about half of the FP8 peak
 //	compute_half_tokens 64    a 64-row tensor-core tile: smaller batches leave it part-empty
+//	                          (at the H100 SXM's machine balance; other GPUs scale it by theirs)
 //	mem_eff 0.8               decode reaches 0.56–0.66 of HBM bandwidth end to end, overheads added apart
 //	layer_overhead_us 100     launches and small ops: the ≈ 10 ms fixed cost of a short 70B prefill over 80 layers
 //	allreduce_latency_us 30   NCCL small-message all-reduce latency within a node

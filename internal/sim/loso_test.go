@@ -204,6 +204,11 @@ func pick(meas, pred float64) float64 {
 // V0's step budget: no corpus row runs either) left every figure as it
 // was; the slack on batch-1 (6.0 %), static (0.7 %), closed-loop TTFT
 // (32.6 %) and closed-loop throughput (4.7 %) was narrowed then.
+// Latest (the GEMMs' efficiency ramp scaled by each GPU's machine
+// balance, halfTokens): TTFT 13.4 % overall (the 15 % met),
+// 14.7 % open loop, batch-1 7.2 % (6.0 before), closed loop 33.8 %
+// (32.6); throughput 10.8 %, static 12.3 % (11.5), saturation 10.6 %
+// (10.9) — TensorRT-LLM 10.0 %, GPUStack 11.4 %; ITL 10.0 % (9.2).
 func TestLeaveOneSourceOut(t *testing.T) {
 	rows, err := DefaultCorpus()
 	if err != nil {
@@ -229,17 +234,17 @@ func TestLeaveOneSourceOut(t *testing.T) {
 		name string
 		max  float64
 	}{
-		{"TTFT all", 16.5},
-		{"TTFT batch1", 7},
+		{"TTFT all", 14},
+		{"TTFT batch1", 8},
 		{"TTFT static", 2},
-		{"TTFT rate", 21},
-		{"TTFT closed", 34},
+		{"TTFT rate", 16},
+		{"TTFT closed", 35},
 		{"throughput all", 11.5},
-		{"throughput static", 12.5},
+		{"throughput static", 13},
 		{"throughput rate", 10.5},
 		{"throughput closed", 6},
-		{"throughput saturation", 11.5},
-		{"ITL all", 10},
+		{"throughput saturation", 11},
+		{"ITL all", 10.5},
 	} {
 		if got := SummaryMedian(sum, tc.name); !(got <= tc.max) {
 			t.Errorf("%s: median |error| %.1f%%, want ≤ %g%%", tc.name, got, tc.max)
@@ -475,7 +480,10 @@ func TestKernelRoofline(t *testing.T) {
 // well the model's form can reproduce the saturation rows it was fitted
 // to — the in-sample counterpart of TestLeaveOneSourceOut, which shows
 // what the form allows when the priors are not the limit (achieved: the
-// 41 TensorRT-LLM peak-throughput rows at 8.3 %, loss 0.0234, since the
+// 41 TensorRT-LLM peak-throughput rows at 8.4 %, loss 0.0250, since the
+// GEMMs' efficiency ramp scales with each GPU's machine balance — the
+// static tables of datacentre GPUs ask a little less of it than the
+// GeForce sweeps that it fits out of sample; 8.3 %, 0.0234 since the
 // session runtime's host work overlaps its decode steps; 8.7 %, 0.0235
 // before, with AMD's MI300X latency table in the fit; 8.5 %, 0.0226
 // before that). The model
@@ -503,7 +511,7 @@ func TestFitInSample(t *testing.T) {
 	}
 	med := medianOf(sat)
 	t.Logf("in sample: loss %.4f, scales %+v, static saturation rows %d, median |error| %.1f%%", loss, s, len(sat), med)
-	if len(sat) != 41 || med > 9.5 || loss > 0.024 {
-		t.Errorf("in-sample fit: %d saturation rows at median %.1f%%, loss %.4f; want 41 at ≤ 9.5%%, loss ≤ 0.024", len(sat), med, loss)
+	if len(sat) != 41 || med > 9.5 || loss > 0.026 {
+		t.Errorf("in-sample fit: %d saturation rows at median %.1f%%, loss %.4f; want 41 at ≤ 9.5%%, loss ≤ 0.026", len(sat), med, loss)
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,43 @@ func checkGolden(t *testing.T, name, what, got string) {
 	}
 	if got != string(want) {
 		t.Errorf("%s changed; diff against %s (rerun with -update if intended):\n got:\n%s\nwant:\n%s", what, path, got, want)
+	}
+}
+
+// TestHalfTokensScaleWithBalance: the GEMMs' efficiency ramp is the
+// profile's compute_half_tokens on an H100 SXM and scales with each GPU's
+// 16-bit peak over HBM bandwidth elsewhere; a CPU profile's (≤ 1) is kept.
+// A GPU of a quarter of the H100's balance then reaches a higher share of
+// its peak on a 200-token prefill than the H100 does.
+func TestHalfTokensScaleWithBalance(t *testing.T) {
+	for _, tc := range []struct {
+		gpu, engine string
+		want        float64 // halfTokens / compute_half_tokens
+	}{
+		{"h100-sxm", "vllm", 1},
+		{"h200", "vllm", (989.0 / 4800) / (989.0 / 3350)},
+		{"rtx-3090", "vllm", (71.0 / 936) / (989.0 / 3350)},
+		{"l40s", "trtllm", (362.0 / 864) / (989.0 / 3350)},
+		{"xeon-8480", "llamacpp", 1},
+	} {
+		d, err := Resolve(nil, Config{Model: "llama-3-8b", GPU: tc.gpu, Engine: tc.engine, Quantization: map[bool]string{true: "int4"}[tc.engine == "llamacpp"]})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.gpu, err)
+		}
+		got := d.halfTokens() / d.Profile.ComputeHalfTokens
+		if math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s (%s): ramp ×%.4f of compute_half_tokens, want ×%.4f", tc.gpu, tc.engine, got, tc.want)
+		}
+	}
+	share := func(gpu string) float64 {
+		d, err := Resolve(nil, Config{Model: "llama-3-8b", GPU: gpu})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const T = 200.0
+		return T / (T + d.halfTokens())
+	}
+	if h100, g3090 := share("h100-sxm"), share("rtx-3090"); !(g3090 > h100) {
+		t.Errorf("200-token step: RTX 3090 at %.2f of its plateau, H100 at %.2f; want the lower-balance GPU nearer its plateau", g3090, h100)
 	}
 }
