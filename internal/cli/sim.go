@@ -457,6 +457,7 @@ func newSimValidateCmd(env *Env) *cobra.Command {
 	var catalogs []string
 	var loso, plan bool
 	var corpus string
+	var draw int
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Print predicted vs published TTFT with each row's error",
@@ -465,13 +466,22 @@ func newSimValidateCmd(env *Env) *cobra.Command {
 With --loso, predict every row of the public validation corpus
 (internal/sim/testdata/public_corpus.csv, or --corpus FILE) by physics
 fitted on the other sources only (leave-one-source-out), and print the
-median |error| per load category.
+median |error| per load category. --draw N (N ≥ 1) simulates the
+served rows (closed loops, open loops, bursts) with other requests:
+their lengths and arrival times drawn from other seeds, for the spread
+that sampling alone puts on the medians.
 
 With --plan, ask the planner's question of published deployments: the
 highest Poisson rate one replica sustains within a P90 TTFT limit,
 simulated, beside the bracket the deployment's own published sweep gives.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if draw < 0 {
+				return usageErr("--draw: %d is negative", draw)
+			}
+			if draw > 0 && !loso && corpus == "" {
+				return usageErr("--draw applies to --loso")
+			}
 			cat, err := loadCatalog(catalogs)
 			if err != nil {
 				return err
@@ -483,7 +493,7 @@ simulated, beside the bracket the deployment's own published sweep gives.`,
 				return nil
 			}
 			if loso || corpus != "" {
-				if err := printLOSO(cmd.Context(), env.Stdout, cat, corpus); err != nil {
+				if err := printLOSO(cmd.Context(), env.Stdout, cat, corpus, draw); err != nil {
 					return failErr("%v", err)
 				}
 				return nil
@@ -525,6 +535,7 @@ simulated, beside the bracket the deployment's own published sweep gives.`,
 	cmd.Flags().BoolVar(&loso, "loso", false, "leave-one-source-out accuracy on the public validation corpus")
 	cmd.Flags().BoolVar(&plan, "plan", false, "sustainable rate within a TTFT limit of published deployments, simulated vs published")
 	cmd.Flags().StringVar(&corpus, "corpus", "", "validation corpus CSV for --loso (default: the embedded public corpus)")
+	cmd.Flags().IntVar(&draw, "draw", 0, "with --loso: simulate the served rows with other requests (another draw of their lengths and arrivals; 0: the published table's)")
 	return cmd
 }
 

@@ -13,10 +13,15 @@ import (
 // printLOSO regenerates the leave-one-source-out table of
 // docs/simulator-validation.md: every row of the public corpus (or of
 // corpusPath) predicted by physics fitted on the other sources only.
-func printLOSO(ctx context.Context, w io.Writer, cat *sim.Catalog, corpusPath string) error {
+// draw > 0 simulates the served rows with other requests (lengths and
+// arrivals drawn from seeds offset by draw × 1000).
+func printLOSO(ctx context.Context, w io.Writer, cat *sim.Catalog, corpusPath string, draw int) error {
 	rows, err := loadCorpus(corpusPath)
 	if err != nil {
 		return err
+	}
+	for i := range rows {
+		rows[i].Draw = uint64(draw) * 1000
 	}
 	res, err := sim.LeaveOneSourceOut(ctx, cat, rows)
 	if err != nil {

@@ -64,6 +64,8 @@ func TestSimRefusals(t *testing.T) {
 		{[]string{"sim", "run", "--model", "llama-3-70b", "--gpu", "l4"}, "weights need"},
 		{[]string{"sim", "run", "--model", "llama-3-70b", "--gpu", "h100", "--tensor-parallel-size", "3"}, "does not divide"},
 		{[]string{"plan", "--model", "llama-3.1-8b"}, "give at least one SLO"},
+		{[]string{"sim", "validate", "--draw", "2"}, "--draw applies to --loso"},
+		{[]string{"sim", "validate", "--loso", "--draw", "-1"}, "is negative"},
 	} {
 		code, _, stderr := runSimCLI(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tc.want) {

@@ -82,6 +82,12 @@ type CorpusRow struct {
 	// SweepSeed the seed of the prompts every run of the sweep sent.
 	PriorRates []float64
 	SweepSeed  uint64
+	// Draw is added to every seed the row's served run draws from (its
+	// request lengths and arrival times): 0 simulates the draws the
+	// published table is pinned to, others the same row with other
+	// requests (ttft sim validate --loso --draw), for the spread that
+	// sampling alone puts on the medians.
+	Draw uint64
 }
 
 // Category is the load category a row's figures are reported under.

@@ -124,7 +124,7 @@ func throughput(r *CorpusRow, reqs, outTok, secs float64) float64 {
 // the offline runner, the same engine and front end as `ttft sim run`.
 func predictServed(ctx context.Context, d *Deployment, r *CorpusRow) (CorpusPred, error) {
 	n := r.Requests
-	opt := RunOptions{Seed: 1}
+	opt := RunOptions{Seed: 1 + r.Draw}
 	switch r.Load {
 	case LoadClosed:
 		c := int(r.Value)
@@ -165,7 +165,7 @@ func predictServed(ctx context.Context, d *Deployment, r *CorpusRow) (CorpusPred
 			if err != nil {
 				return CorpusPred{}, err
 			}
-			prior := RunOptions{Seed: 1, Rate: rate, Requests: n, Engine: opt.Engine}
+			prior := RunOptions{Seed: opt.Seed, Rate: rate, Requests: n, Engine: opt.Engine}
 			if _, err := Run(ctx, d, src, prior, func(*record.Record) error { return nil }); err != nil {
 				return CorpusPred{}, fmt.Errorf("corpus line %d, earlier run at %g req/s: %w", r.Line, rate, err)
 			}
@@ -227,16 +227,16 @@ func rowSource(d *Deployment, r *CorpusRow, n int) (workload.Source, error) {
 	}
 	switch kind {
 	case "geom":
-		src := &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Geometric: true, MaxPrompt: min(4*r.Prompt, d.MaxModelLen/2), Requests: n, Seed: uint64(r.Line)}
+		src := &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Geometric: true, MaxPrompt: min(4*r.Prompt, d.MaxModelLen/2), Requests: n, Seed: uint64(r.Line) + r.Draw}
 		if r.Sweep != "" {
 			// Every run of the sweep sent the same prompts.
-			src.Seed, src.Tokens = r.SweepSeed, true
+			src.Seed, src.Tokens = r.SweepSeed+r.Draw, true
 		}
 		return src, nil
 	case "uniform":
-		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Uniform: true, Requests: n, Seed: uint64(r.Line)}, nil
+		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, Uniform: true, Requests: n, Seed: uint64(r.Line) + r.Draw}, nil
 	case "eos":
-		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, EOSCap: capTok, Requests: n, Seed: uint64(r.Line)}, nil
+		return &EOSLengthSource{MeanPrompt: r.Prompt, MeanOutput: r.Output, EOSCap: capTok, Requests: n, Seed: uint64(r.Line) + r.Draw}, nil
 	}
 	return &LengthSource{PromptTokens: r.Prompt, MaxTokens: r.Output, MinTokens: r.Output, Requests: n}, nil
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -90,6 +91,46 @@ func TestEOSLengthSource(t *testing.T) {
 				t.Errorf("mean prompt %.1f, output %.1f; want %.0f, %.0f (±3%%)", p, o, tc.wantP, tc.wantO)
 			}
 		})
+	}
+}
+
+// TestRowDraw: a row's Draw gives its served run other requests (lengths
+// drawn from another seed; a sweep's rows still share theirs), and Draw 0
+// the ones the published table is pinned to.
+func TestRowDraw(t *testing.T) {
+	d, err := Resolve(nil, Config{Model: "llama-3-8b", GPU: "rtx-4090"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lengths := func(r CorpusRow) []int {
+		src, err := rowSource(d, &r, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for {
+			q, err := src.Next(context.Background())
+			if err != nil {
+				return out
+			}
+			out = append(out, q.PromptTokens, q.MaxTokens)
+		}
+	}
+	row := CorpusRow{Line: 40, Prompt: 206, Output: 202, Lengths: "geom"}
+	again, other := row, row
+	other.Draw = 1000
+	if !slices.Equal(lengths(row), lengths(again)) {
+		t.Error("the same row drew different lengths twice")
+	}
+	if slices.Equal(lengths(row), lengths(other)) {
+		t.Error("Draw 1000 drew the lengths of Draw 0")
+	}
+	a, b := row, row
+	a.Sweep, a.SweepSeed, a.Line = "desc", 38, 40
+	b.Sweep, b.SweepSeed, b.Line = "desc", 38, 41
+	a.Draw, b.Draw = 1000, 1000
+	if !slices.Equal(lengths(a), lengths(b)) {
+		t.Error("two rows of one sweep drew different prompts under the same Draw")
 	}
 }
 
