@@ -102,16 +102,16 @@ func checkGolden(t *testing.T, name, what, got string) {
 // its peak on a 200-token prefill than the H100 does.
 func TestHalfTokensScaleWithBalance(t *testing.T) {
 	for _, tc := range []struct {
-		gpu, engine string
-		want        float64 // halfTokens / compute_half_tokens
+		gpu, engine, quant string
+		want               float64 // halfTokens / compute_half_tokens
 	}{
-		{"h100-sxm", "vllm", 1},
-		{"h200", "vllm", (989.0 / 4800) / (989.0 / 3350)},
-		{"rtx-3090", "vllm", (71.0 / 936) / (989.0 / 3350)},
-		{"l40s", "trtllm", (362.0 / 864) / (989.0 / 3350)},
-		{"xeon-8480", "llamacpp", 1},
+		{"h100-sxm", "vllm", "", 1},
+		{"h200", "vllm", "", (989.0 / 4800) / (989.0 / 3350)},
+		{"rtx-3090", "vllm", "", (71.0 / 936) / (989.0 / 3350)},
+		{"l40s", "trtllm", "", (362.0 / 864) / (989.0 / 3350)},
+		{"xeon-8480", "llamacpp", "int4", 1},
 	} {
-		d, err := Resolve(nil, Config{Model: "llama-3-8b", GPU: tc.gpu, Engine: tc.engine, Quantization: map[bool]string{true: "int4"}[tc.engine == "llamacpp"]})
+		d, err := Resolve(nil, Config{Model: "llama-3-8b", GPU: tc.gpu, Engine: tc.engine, Quantization: tc.quant})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.gpu, err)
 		}
