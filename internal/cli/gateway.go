@@ -215,15 +215,18 @@ func recordGateway(env *Env, dir string, cfg *gateway.Config, log *slog.Logger, 
 	if err != nil {
 		return nil, usageErr("gateway: --records: %v", err)
 	}
-	var lost atomic.Int64
+	// offered counts every record handed to the writer; those not
+	// written are offered − Kept once the file is closed. Counting a
+	// record as lost when the file's error is set after its write would
+	// miscount: with group commit, a record already written whole can
+	// see the failure of a later batch.
+	var offered atomic.Int64
 	gopts.OnRecord = func(r *record.Record) {
+		offered.Add(1)
 		// Only the first failure returns an error: the file ends
 		// there, whole (see rundir.Writer.Write).
 		if err := rd.Write(r); err != nil {
 			log.Error("gateway: writing records stopped", "error", err.Error(), "kept", rd.Kept())
-		}
-		if rd.Err() != nil {
-			lost.Add(1)
 		}
 	}
 	return func() error {
@@ -237,7 +240,8 @@ func recordGateway(env *Env, dir string, cfg *gateway.Config, log *slog.Logger, 
 		if len(errs) == 0 {
 			return nil
 		}
-		return failErr("gateway: --records %s: %v; kept: %s holds the first %d records, whole; %d records not written", dir, errs[0], rd.RequestsPath(), rd.Kept(), lost.Load())
+		kept := rd.Kept()
+		return failErr("gateway: --records %s: %v; kept: %s holds the first %d records, whole; %d records not written", dir, errs[0], rd.RequestsPath(), kept, max(offered.Load()-int64(kept), 0))
 	}, nil
 }
 
