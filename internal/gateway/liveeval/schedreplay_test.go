@@ -1,0 +1,226 @@
+package liveeval
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/sloclass"
+)
+
+// The gateway's own scheduler (package sched, every decision made as the
+// live gateway makes it, its clock injected) routing the stand-ins'
+// offline replay (bounds_test.go) on a virtual clock: a run of a fleet
+// takes milliseconds and has no host noise. What it leaves out is the
+// HTTP hop, the host's timing and the scrapes' exact instants; the
+// live suite stays the measure of record (docs/routing-evaluation.md,
+// "The scheduler on the replay").
+
+// schedEvent is a first token or an end at a virtual time.
+type schedEvent struct {
+	at    float64
+	first bool
+	b     int
+	r     *boundReq
+	t     *sched.Ticket
+	hit   int
+}
+type schedHeap []schedEvent
+
+func (h schedHeap) Len() int { return len(h) }
+func (h schedHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].first && !h[j].first
+}
+func (h schedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *schedHeap) Push(x any)   { *h = append(*h, x.(schedEvent)) }
+func (h *schedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// schedRun replays one seed of a closed-loop stand-in fleet through the
+// gateway's scheduler under policy, and returns the scored TTFTs, ms.
+// The scheduler hears what the live gateway hears: each request's first
+// token and end, the cached tokens its answer reports, and every second
+// (the live suite's scrape interval, the first before any request) the
+// stand-ins' metrics.
+func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
+	base := time.Unix(1_700_000_000, 0)
+	now := 0.0
+	clock := func() time.Time { return base.Add(time.Duration(now * float64(time.Millisecond))) }
+	bs := make([]*boundBackend, len(f.StandIns))
+	sbs := make([]*sched.Backend, len(f.StandIns))
+	idx := map[*sched.Backend]int{}
+	for i, c := range f.StandIns {
+		bs[i] = newBoundBackend(c)
+		sbs[i] = sched.NewBackend(sched.BackendSpec{Name: fmt.Sprintf("b%d", i)})
+		idx[sbs[i]] = i
+	}
+	s, err := sched.New(sched.Options{Policy: policy, Seed: seed, Now: clock}, sbs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, _ := boundRequests(t, f, seed)
+	src := newSource(f.Workload, seed)
+	sreqs := make([]sched.Request, len(reqs))
+	h := sched.NewBlockHasher(sched.DefaultBlockBytes)
+	for i := range reqs {
+		q, err := src.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Reset()
+		for _, m := range q.Messages {
+			h.Segment(m.Role, m.Content)
+		}
+		sreqs[i] = sched.Request{API: "openai", Model: f.Model(), PromptTokens: h.Bytes() / 4,
+			Blocks: append([]uint64(nil), h.Hashes()...), SLO: f.SLO, Class: sloclass.Chat}
+	}
+	queried, hits := make([]float64, len(bs)), make([]float64, len(bs))
+	scrape := func() {
+		for i, b := range bs {
+			if b.cfg.NoMetrics {
+				continue
+			}
+			es := sched.UnknownEngineStats()
+			es.Waiting, es.Running = float64(len(b.queue)), float64(b.running)
+			es.KVUsage = 0
+			if b.cache != nil {
+				es.KVUsage = float64(b.cache.Len()) / float64(b.cfg.CacheBlocks)
+			}
+			es.CacheTokens = float64(b.cfg.CacheBlocks * b.cfg.BlockChars / 4)
+			es.PrefixQueries, es.PrefixHits = queried[i], hits[i]
+			sbs[i].SetEngineStats(es)
+		}
+	}
+	scrape()
+	nextScrape := 1000.0
+	var ev schedHeap
+	var ttfts []float64
+	tickets := map[*boundReq]*sched.Ticket{}
+	start := func(b int) {
+		be := bs[b]
+		for be.running < be.cfg.Slots && len(be.queue) > 0 {
+			r := be.queue[0]
+			be.queue = be.queue[1:]
+			hit := be.hit(r.blocks)
+			if be.cache != nil {
+				for k := len(r.blocks) - 1; k >= 0; k-- {
+					be.cache.Touch(r.blocks[k])
+				}
+			}
+			queried[b] += float64(r.chars / 4)
+			hits[b] += float64(hit * be.cfg.BlockChars / 4)
+			pf := be.prefill(now, r.chars, hit)
+			end := now + pf + be.factor(now)*ms(be.cfg.DecodePerToken)*float64(r.out-1)
+			be.running++
+			be.ends = append(be.ends, end)
+			if r.i >= f.Workload.Warmup {
+				ttfts = append(ttfts, now+pf-r.sent+boundNet)
+			}
+			heap.Push(&ev, schedEvent{at: now + pf + boundNet, first: true, b: b, r: r})
+			heap.Push(&ev, schedEvent{at: end, b: b, r: r, hit: hit})
+		}
+	}
+	next := 0
+	send := func() {
+		if next >= len(reqs) {
+			return
+		}
+		r := reqs[next]
+		sr := &sreqs[next]
+		next++
+		r.sent = now
+		tk, err := s.Pick(sr)
+		if err != nil {
+			t.Fatalf("pick: %v", err)
+		}
+		tickets[r] = tk
+		b := idx[tk.Backend]
+		bs[b].queue = append(bs[b].queue, r)
+		start(b)
+	}
+	for range f.Workload.Concurrency {
+		send()
+	}
+	for ev.Len() > 0 {
+		e := heap.Pop(&ev).(schedEvent)
+		for e.at >= nextScrape {
+			now = nextScrape
+			scrape()
+			nextScrape += 1000
+		}
+		now = e.at
+		tk := tickets[e.r]
+		if e.first {
+			tk.FirstTokenAt(clock())
+			continue
+		}
+		be := bs[e.b]
+		be.running--
+		for k, x := range be.ends {
+			if x == e.at {
+				be.ends = append(be.ends[:k], be.ends[k+1:]...)
+				break
+			}
+		}
+		tk.ObserveCached(e.hit*be.cfg.BlockChars/4, e.r.chars/4)
+		tk.End(sched.OutcomeOK)
+		delete(tickets, e.r)
+		start(e.b)
+		send()
+	}
+	return ttfts
+}
+
+// schedPooled is a policy's pooled P99 and mean over seeds 1..n.
+func schedPooled(t testing.TB, f Fleet, n int, policy string) (p99, mean float64) {
+	var all []float64
+	for s := 1; s <= n; s++ {
+		all = append(all, schedRun(t, f, uint64(s), policy)...)
+	}
+	sum := 0.0
+	for _, x := range all {
+		sum += x
+	}
+	return boundP99(all), sum / float64(len(all))
+}
+
+// TestSchedReplay prints, per fleet the replay runs, the gateway's
+// policies' pooled P99 on the replay and the default's ratios to
+// round-robin and to the better single signal: the suite's verdicts
+// without the host's noise, in seconds. LIVEEVAL_REPLAY_POLICY names a
+// policy to put in the default's place.
+//
+//	LIVEEVAL_BOUNDS=1 go test ./internal/gateway/liveeval -run TestSchedReplay -v
+func TestSchedReplay(t *testing.T) {
+	if os.Getenv("LIVEEVAL_BOUNDS") == "" {
+		t.Skip("set LIVEEVAL_BOUNDS=1 to print the scheduler's replay (docs/routing-evaluation.md)")
+	}
+	const seeds = 8
+	def := sched.SLOPredictive
+	if p := os.Getenv("LIVEEVAL_REPLAY_POLICY"); p != "" {
+		def = p
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "| fleet | round-robin | least-outstanding | prefix affinity | %s | mean ms | ÷ round-robin | ÷ best single signal |\n|---|---|---|---|---|---|---|---|\n", def)
+	for _, f := range boundFleets() {
+		rr, _ := schedPooled(t, f, seeds, sched.RoundRobin)
+		lo, _ := schedPooled(t, f, seeds, sched.LeastOutstanding)
+		pa, _ := schedPooled(t, f, seeds, sched.PrefixAffinity)
+		d, m := schedPooled(t, f, seeds, def)
+		fmt.Fprintf(&out, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", f.Name, rr, lo, pa, d, m, d/rr, d/math.Min(lo, pa))
+	}
+	t.Logf("pooled P99 ms over seeds 1–%d, the gateway's scheduler on the replay:\n%s", seeds, out.String())
+}
