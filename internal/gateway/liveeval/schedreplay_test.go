@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +58,11 @@ func (h *schedHeap) Pop() any {
 // (the live suite's scrape interval, the first before any request) the
 // stand-ins' metrics.
 func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
+	late := 0.0
+	if v := os.Getenv("LIVEEVAL_REPLAY_LATE_MS"); v != "" {
+		late, _ = strconv.ParseFloat(v, 64)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x6c617465))
 	base := time.Unix(1_700_000_000, 0)
 	now := 0.0
 	clock := func() time.Time { return base.Add(time.Duration(now * float64(time.Millisecond))) }
@@ -124,6 +131,17 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 			hits[b] += float64(hit * be.cfg.BlockChars / 4)
 			pf := be.prefill(now, r.chars, hit)
 			end := now + pf + be.factor(now)*ms(be.cfg.DecodePerToken)*float64(r.out-1)
+			if late > 0 {
+				// A host's timers wake late: each of the stand-in's
+				// sleeps (the prefill, then one per token) overshoots.
+				pf += late * rng.ExpFloat64()
+				end += late * rng.ExpFloat64()
+				for range r.out - 1 {
+					end += late * rng.ExpFloat64()
+				}
+			}
+			// The gateway hears an answer end after its first token.
+			end = max(end, now+pf+boundNet)
 			be.running++
 			be.ends = append(be.ends, end)
 			if r.i >= f.Workload.Warmup {
@@ -201,14 +219,25 @@ func schedPooled(t testing.TB, f Fleet, n int, policy string) (p99, mean float64
 // policies' pooled P99 on the replay and the default's ratios to
 // round-robin and to the better single signal: the suite's verdicts
 // without the host's noise, in seconds. LIVEEVAL_REPLAY_POLICY names a
-// policy to put in the default's place.
+// policy to put in the default's place, LIVEEVAL_REPLAY_SEEDS how many
+// seeds (default 8, the live suite's), LIVEEVAL_REPLAY_LATE_MS the mean
+// of an exponential lateness added to each of the stand-ins' sleeps
+// (a loaded host's timers wake late; 0.5 reproduces the live suite's
+// ratios on the two-slot fleets, docs/routing-evaluation.md).
 //
 //	LIVEEVAL_BOUNDS=1 go test ./internal/gateway/liveeval -run TestSchedReplay -v
 func TestSchedReplay(t *testing.T) {
 	if os.Getenv("LIVEEVAL_BOUNDS") == "" {
 		t.Skip("set LIVEEVAL_BOUNDS=1 to print the scheduler's replay (docs/routing-evaluation.md)")
 	}
-	const seeds = 8
+	seeds := 8
+	if v := os.Getenv("LIVEEVAL_REPLAY_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("LIVEEVAL_REPLAY_SEEDS=%q: want a number of seeds", v)
+		}
+		seeds = n
+	}
 	def := sched.SLOPredictive
 	if p := os.Getenv("LIVEEVAL_REPLAY_POLICY"); p != "" {
 		def = p
