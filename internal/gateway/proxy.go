@@ -151,7 +151,7 @@ func (g *Gateway) inference(w http.ResponseWriter, r *http.Request, api wire.API
 	x.slo, x.class = slo, class
 	ctx, span := g.startSpan(r, x, &rb)
 	g.budget.deposit(st.cfg.Retry.Budget)
-	sreq := sched.Request{API: api.Provider(), Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class}
+	sreq := sched.Request{API: api.Provider(), Model: rb.Model, PromptTokens: promptTokens, Blocks: h.Hashes(), SLO: slo, Class: class, MaxTokens: x.maxTokens}
 	x.splice = g.newSplice(st, x, route)
 	g.route(ctx, w, r, st, x, &sreq, route, body, span)
 }

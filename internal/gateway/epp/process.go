@@ -429,7 +429,7 @@ func (s *Server) pick(hm *corev3.HeaderMap, body []byte, subset []string, hasSub
 	h.Reset()
 	defer s.hashers.Put(h)
 	r.Hash(h)
-	req := sched.Request{Model: r.Model, PromptTokens: h.Bytes() / 4, Blocks: h.Hashes(), SLO: slo, Class: class, Exclude: exclude}
+	req := sched.Request{Model: r.Model, PromptTokens: h.Bytes() / 4, Blocks: h.Hashes(), SLO: slo, Class: class, Exclude: exclude, MaxTokens: max(r.MaxTokens, r.MaxCompletionTokens)}
 	t, err := s.sched.Pick(&req)
 	switch {
 	case errors.Is(err, sched.ErrNoBackend) && !hasSubset:

@@ -92,7 +92,7 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 			h.Segment(m.Role, m.Content)
 		}
 		sreqs[i] = sched.Request{API: "openai", Model: f.Model(), PromptTokens: h.Bytes() / 4,
-			Blocks: append([]uint64(nil), h.Hashes()...), SLO: f.SLO, Class: sloclass.Chat}
+			Blocks: append([]uint64(nil), h.Hashes()...), SLO: f.SLO, Class: sloclass.Chat, MaxTokens: q.MaxTokens}
 	}
 	queried, hits := make([]float64, len(bs)), make([]float64, len(bs))
 	scrape := func() {

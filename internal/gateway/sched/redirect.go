@@ -61,6 +61,7 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 		feat:         c.feat,
 		uncached:     int64(c.uncached),
 		start:        start,
+		budget:       t.budget,
 	}
 	to.inFlight.Add(1)
 	to.queuedTokens.Add(n.uncached)
@@ -81,7 +82,7 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 		n.mu.Lock()
 		n.first, n.firstAt = true, now
 		to.slots.ended(start, time.Time{}, now, false)
-		to.slots.decoding(now)
+		to.slots.decoding(now, n.budget)
 		to.queuedTokens.Add(-n.uncached)
 		if n.caps {
 			to.caps.firstToken(n.capU)

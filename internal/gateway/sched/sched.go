@@ -44,6 +44,10 @@ type Request struct {
 	Class string
 	// Exclude names backends already tried for this request (retries).
 	Exclude []string
+	// MaxTokens is the answer's token limit (max_tokens; 0: none
+	// given). The wait for a slot reads a decoding answer's time left
+	// against its own limit (slotTracker.perToken).
+	MaxTokens int
 	// Admit: a route's admission (reject or degrade) decides in Pick,
 	// before anything is dispatched, by the queue-aware TTFT bound
 	// (admit.go): Pick may move the request to another backend with room
@@ -211,6 +215,9 @@ type Ticket struct {
 	feat     Features
 	uncached int64
 	start    time.Time
+	// budget is the answer's tokens after the first that its max_tokens
+	// allows (0: no limit given).
+	budget float64
 	// firstAt is when the first token came (zero before).
 	firstAt time.Time
 	first   bool
@@ -305,6 +312,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 		feat:         c.feat,
 		uncached:     int64(c.uncached),
 		start:        now,
+		budget:       float64(max(req.MaxTokens-1, 0)),
 		adm:          adm,
 	}
 	t.trial, t.probe = c.b.claim(now)
@@ -398,7 +406,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	}
 	t.first, t.firstAt = true, now
 	ttft := now.Sub(t.start)
-	t.Backend.slots.firstToken(t.start, now, t.feat.InFlight)
+	t.Backend.slots.firstTokenBudget(t.start, now, t.feat.InFlight, t.budget)
 	t.Backend.queuedTokens.Add(-t.uncached)
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)

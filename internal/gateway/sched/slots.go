@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -22,23 +23,37 @@ import (
 type slotTracker struct {
 	mu sync.Mutex
 	// pend: dispatch times of requests without a first token, in
-	// dispatch order (first in, first served); dec: first-token times of
-	// requests decoding, in the order their first tokens came. Both
-	// Unix nanoseconds. A request is found again by its time alone: two
+	// dispatch order (first in, first served); dec: the requests
+	// decoding, in the order their first tokens came. Times are Unix
+	// nanoseconds. A request is found again by its time alone: two
 	// requests of the same time are interchangeable here.
-	pend, dec []int64
-	// decodes are the last slotDecodeWindow requests' times from first
-	// token to end, seconds, sorted, and above[k] the sum of
-	// decodes[k:], for the mean time left to an answer of a given age
-	// (residual); ring is the same in the order they came, nDecode how
-	// many have come. Answers end where they end: with lengths spread
-	// from 8 to 96 tokens, an answer 100 ms along has more time left
-	// than the mean less 100 ms (fleet varied-answers,
+	pend []int64
+	dec  []decoding
+	// abs is the last slotDecodeWindow requests' times from first token
+	// to end, seconds (decodeWindow: sorted, for the mean time left to an
+	// answer of a given age, residual). Answers end where they end: with
+	// lengths spread from 8 to 96 tokens, an answer 100 ms along has more
+	// time left than the mean less 100 ms (fleet varied-answers,
 	// docs/routing-evaluation.md).
-	decodes [slotDecodeWindow]float64
-	above   [slotDecodeWindow + 1]float64
-	ring    [slotDecodeWindow]float64
-	nDecode int
+	abs decodeWindow
+	// perToken is the same window for the answers that had a token
+	// budget (max_tokens): each one's decode time over its budget less
+	// the first token. An answer's time left is then read against its own
+	// budget: where budgets differ (8 to 96 tokens), an answer with 90
+	// tokens to go has far more time left than the mean decode says, and
+	// one whose budget is nearly spent far less. Where every answer runs
+	// to its budget (a benchmark's ignore_eos, a length limit), the time
+	// left is its tokens to go at the backend's pace; where answers stop
+	// early, the ratios spread and the estimate is the residual life of
+	// that spread, as for decode times.
+	perToken decodeWindow
+	// byBudget: the budgets explain the decode times (the per-token
+	// window's spread is clearly under the decode times' own,
+	// budgetExplains), so an answer's time left is read against its
+	// budget. Where answers stop at EOS whatever their max_tokens, a
+	// budget of 32k beside one of 512 says nothing of how long either
+	// runs, the ratios spread more than the times, and the times decide.
+	byBudget bool
 	// service is the time a request takes to its first token once it
 	// has a slot: the mean TTFT of the requests that found nothing else
 	// in flight, or before there is one, the least TTFT seen. (The mean
@@ -49,6 +64,81 @@ type slotTracker struct {
 	// held is the decoding answers' mean times left, sorted, and rel
 	// the simulation's scratch.
 	held, rel []float64
+}
+
+// decoding is a request decoding on the backend: when its first token
+// came (Unix nanoseconds) and its budget, the tokens after the first that
+// max_tokens allows (0: none given).
+type decoding struct {
+	first  int64
+	budget float64
+}
+
+// decodeWindow is the last slotDecodeWindow values, sorted, with the sums
+// of their tails, for residual lives.
+type decodeWindow struct {
+	xs    [slotDecodeWindow]float64
+	above [slotDecodeWindow + 1]float64
+	ring  [slotDecodeWindow]float64
+	n     int
+}
+
+// learn adds d, in place of the oldest value when the window is full.
+func (w *decodeWindow) learn(d float64) {
+	k := min(w.n, slotDecodeWindow)
+	xs := w.xs[:k]
+	if k == slotDecodeWindow {
+		old := w.ring[w.n%slotDecodeWindow]
+		i, _ := slices.BinarySearch(xs, old)
+		xs = slices.Delete(xs, i, i+1)
+	}
+	w.ring[w.n%slotDecodeWindow] = d
+	i, _ := slices.BinarySearch(xs, d)
+	xs = slices.Insert(xs, i, d)
+	copy(w.xs[:], xs)
+	w.above[len(xs)] = 0
+	for j := len(xs) - 1; j >= 0; j-- {
+		w.above[j] = w.above[j+1] + xs[j]
+	}
+	w.n++
+}
+
+// residual is the mean of the values above x, less x (0 if none is).
+func (w *decodeWindow) residual(x float64) float64 {
+	k := min(w.n, slotDecodeWindow)
+	i, _ := slices.BinarySearch(w.xs[:k], x)
+	for i < k && w.xs[i] <= x {
+		i++
+	}
+	if i == k {
+		return 0
+	}
+	return w.above[i]/float64(k-i) - x
+}
+
+// budgetMinSamples is how many budgeted answers the per-token window
+// needs before an answer's budget is read.
+const budgetMinSamples = 8
+
+// budgetExplains is how much less spread (coefficient of variation) the
+// decode times per budgeted token must have than the decode times for
+// the budgets to be read: clearly less, so that answers of one budget
+// (whose two spreads are equal) keep the decode times' estimate exactly.
+const budgetExplains = 0.9
+
+// cv is the window's coefficient of variation (0 while it is empty or
+// its mean is 0).
+func (w *decodeWindow) cv() float64 {
+	k := min(w.n, slotDecodeWindow)
+	if k == 0 || w.above[0] <= 0 {
+		return 0
+	}
+	mean := w.above[0] / float64(k)
+	ss := 0.0
+	for _, x := range w.xs[:k] {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss/float64(k)) / mean
 }
 
 // slotWaitMaxSlots is the largest slot hypothesis the tracker
@@ -83,12 +173,18 @@ func (s *slotTracker) dispatched(at time.Time) {
 // firstToken moves the request dispatched at start, which found ahead
 // requests in flight, from pending to decoding.
 func (s *slotTracker) firstToken(start, at time.Time, ahead float64) {
+	s.firstTokenBudget(start, at, ahead, 0)
+}
+
+// firstTokenBudget is firstToken for an answer allowed budget tokens
+// after its first (0: no limit known).
+func (s *slotTracker) firstTokenBudget(start, at time.Time, ahead, budget float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !remove(&s.pend, start.UnixNano()) {
 		return
 	}
-	s.dec = append(s.dec, at.UnixNano())
+	s.dec = append(s.dec, decoding{at.UnixNano(), budget})
 	ttft := at.Sub(start).Seconds()
 	switch {
 	case ahead == 0 && s.nAlone == 0:
@@ -104,10 +200,10 @@ func (s *slotTracker) firstToken(start, at time.Time, ahead float64) {
 
 // decoding counts a request as decoding since at without its TTFT (one
 // whose first token came from another backend before a redirect).
-func (s *slotTracker) decoding(at time.Time) {
+func (s *slotTracker) decoding(at time.Time, budget float64) {
 	s.mu.Lock()
 	if len(s.pend)+len(s.dec) < slotTrackerMax {
-		s.dec = append(s.dec, at.UnixNano())
+		s.dec = append(s.dec, decoding{at.UnixNano(), budget})
 	}
 	s.mu.Unlock()
 }
@@ -123,51 +219,42 @@ func (s *slotTracker) ended(start, first, at time.Time, completed bool) {
 		remove(&s.pend, start.UnixNano())
 		return
 	}
-	if !remove(&s.dec, first.UnixNano()) || !completed {
+	budget, ok := removeDecoding(&s.dec, first.UnixNano())
+	if !ok || !completed {
 		return
 	}
-	s.learnDecode(at.Sub(first).Seconds())
+	d := at.Sub(first).Seconds()
+	s.learnDecode(d)
+	if budget > 0 {
+		s.perToken.learn(d / budget)
+	}
+	s.byBudget = s.perToken.n >= budgetMinSamples && s.perToken.cv() < budgetExplains*s.abs.cv()
+}
+
+// removeDecoding deletes the first request decoding since first,
+// keeping the order, and returns its budget.
+func removeDecoding(xs *[]decoding, first int64) (float64, bool) {
+	for i, x := range *xs {
+		if x.first == first {
+			*xs = append((*xs)[:i], (*xs)[i+1:]...)
+			return x.budget, true
+		}
+	}
+	return 0, false
 }
 
 // learnDecode adds one decode time d to the window, in place of the
 // oldest when it is full.
-func (s *slotTracker) learnDecode(d float64) {
-	k := min(s.nDecode, slotDecodeWindow)
-	xs := s.decodes[:k]
-	if k == slotDecodeWindow {
-		old := s.ring[s.nDecode%slotDecodeWindow]
-		i, _ := slices.BinarySearch(xs, old)
-		xs = slices.Delete(xs, i, i+1)
-	}
-	s.ring[s.nDecode%slotDecodeWindow] = d
-	i, _ := slices.BinarySearch(xs, d)
-	xs = slices.Insert(xs, i, d)
-	copy(s.decodes[:], xs)
-	s.above[len(xs)] = 0
-	for j := len(xs) - 1; j >= 0; j-- {
-		s.above[j] = s.above[j+1] + xs[j]
-	}
-	s.nDecode++
-}
+func (s *slotTracker) learnDecode(d float64) { s.abs.learn(d) }
 
 // residual is the mean time left, seconds, to an answer decoding for
 // age seconds: the mean of the recent decode times longer than age, less
 // age; 0 when none was (it is due).
-func (s *slotTracker) residual(age float64) float64 {
-	k := min(s.nDecode, slotDecodeWindow)
-	i, _ := slices.BinarySearch(s.decodes[:k], age)
-	for i < k && s.decodes[i] <= age {
-		i++
-	}
-	if i == k {
-		return 0
-	}
-	return s.above[i]/float64(k-i) - age
-}
+func (s *slotTracker) residual(age float64) float64 { return s.abs.residual(age) }
 
 // meanDecode is the mean of the recent decode times.
 func (s *slotTracker) meanDecode() float64 {
-	return s.above[0] / float64(min(s.nDecode, slotDecodeWindow))
+	return s.abs.above[0] / float64(min(s.abs.n, slotDecodeWindow))
 }
 
 // remove deletes the first element equal to v, keeping the order.
@@ -193,13 +280,20 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.pend) + len(s.dec)
-	if s.nDecode == 0 || n == 0 || n > slotWaitMaxInFlight {
+	if s.abs.n == 0 || n == 0 || n > slotWaitMaxInFlight {
 		return
 	}
 	t := now.UnixNano()
 	held := s.held[:0]
 	for _, f := range s.dec {
-		held = insertSorted(held, 0, s.residual(float64(t-f)/1e9))
+		age := float64(t-f.first) / 1e9
+		var left float64
+		if f.budget > 0 && s.byBudget {
+			left = f.budget * s.perToken.residual(age/f.budget)
+		} else {
+			left = s.residual(age)
+		}
+		held = insertSorted(held, 0, left)
 	}
 	s.held = held
 	for i, m := range slotHypotheses {

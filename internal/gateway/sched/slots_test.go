@@ -84,8 +84,8 @@ func TestSlotTrackerWaits(t *testing.T) {
 			t.Errorf("pending %v, decoding %v after both ended", s.pend, s.dec)
 		}
 		// Neither was a completed answer: the decode time is unchanged.
-		if d := s.meanDecode(); d != 0.1 || s.nDecode != 1 {
-			t.Errorf("decode %v s after %d, want 0.1 after 1", d, s.nDecode)
+		if d := s.meanDecode(); d != 0.1 || s.abs.n != 1 {
+			t.Errorf("decode %v s after %d, want 0.1 after 1", d, s.abs.n)
 		}
 	})
 }
@@ -275,6 +275,59 @@ func BenchmarkSlotTrackerWaits(b *testing.B) {
 				s.waits(now, &w)
 			}
 		})
+		// The same with every answer's time left read against its
+		// budget (budgets of 8 to 96 tokens, answers running to them).
+		bs := trackerWith(now, ms(120), ms(20), nil, nil)
+		t0 := now.Add(-time.Hour)
+		for i := range 64 {
+			budget := float64(8 + i%89)
+			at := t0.Add(time.Duration(i) * time.Second)
+			bs.dispatched(at)
+			bs.firstTokenBudget(at, at.Add(ms(20)), 0, budget)
+			bs.ended(at, at.Add(ms(20)), at.Add(ms(20)+time.Duration(budget*2*float64(time.Millisecond))), true)
+		}
+		for i, ago := range dec {
+			at := now.Add(-ago)
+			bs.dispatched(at.Add(-ms(20)))
+			bs.firstTokenBudget(at.Add(-ms(20)), at, 1, float64(8+i*7%89))
+		}
+		for _, ago := range pend {
+			bs.dispatched(now.Add(-ago))
+		}
+		if !bs.byBudget {
+			b.Fatal("the budgets should explain the decode times")
+		}
+		b.Run(fmt.Sprintf("inflight=%d/budgets", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var w [nSlots]float64
+			for b.Loop() {
+				bs.waits(now, &w)
+			}
+		})
+	}
+}
+
+// BenchmarkSlotTrackerLifecycle is one request's dispatch, first token
+// and end on a tracker whose windows are full: what the gateway pays per
+// request to follow it.
+func BenchmarkSlotTrackerLifecycle(b *testing.B) {
+	now := time.Unix(1_700_000_000, 0)
+	var s slotTracker
+	i := 0
+	step := func() {
+		at := now.Add(time.Duration(i) * time.Second)
+		budget := float64(8 + i%89)
+		s.dispatched(at)
+		s.firstTokenBudget(at, at.Add(20*time.Millisecond), 0, budget)
+		s.ended(at, at.Add(20*time.Millisecond), at.Add(20*time.Millisecond+time.Duration(budget*2*float64(time.Millisecond))), true)
+		i++
+	}
+	for range 2 * slotDecodeWindow {
+		step()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		step()
 	}
 }
 
@@ -323,7 +376,7 @@ func TestSlotTrackerResidual(t *testing.T) {
 	}
 	last := slices.Clone(all[len(all)-slotDecodeWindow:])
 	slices.Sort(last)
-	if got := s.decodes[:]; !slices.Equal(got, last) {
+	if got := s.abs.xs[:]; !slices.Equal(got, last) {
 		t.Fatalf("window %v, want the last %d sorted %v", got, slotDecodeWindow, last)
 	}
 	sum := 0.0
@@ -332,5 +385,96 @@ func TestSlotTrackerResidual(t *testing.T) {
 	}
 	if math.Abs(s.meanDecode()-sum/slotDecodeWindow) > 1e-12 {
 		t.Errorf("mean decode %v, want %v", s.meanDecode(), sum/slotDecodeWindow)
+	}
+}
+
+// An answer's time left is read against its own token budget: where
+// answers of 8 and 96 tokens alternate at 2 ms a token, one with 95
+// tokens to go after its first, 10 ms along, has 180 ms left and one
+// with 7 to go 4 ms; the decode times alone put both at the mean of
+// those longer than 10 ms less 10, 92 ms. Without a budget, or before
+// budgetMinSamples budgeted answers have ended, the decode times decide.
+func TestSlotTrackerBudget(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	now := time.Unix(1_700_000_000, 0)
+	// learnt ends n answers, the i-th allowed budgets[i%len] tokens after
+	// its first and decoding for decode(i, budget) ms.
+	learntWith := func(n int, budgets []float64, decode func(i int, budget float64) float64) *slotTracker {
+		var s slotTracker
+		t0 := now.Add(-time.Hour)
+		for i := range n {
+			budget := budgets[i%len(budgets)]
+			start := t0.Add(time.Duration(i) * time.Second)
+			s.dispatched(start)
+			s.firstTokenBudget(start, start.Add(ms(5)), 0, budget)
+			s.ended(start, start.Add(ms(5)), start.Add(ms(5)+ms(decode(i, budget))), true)
+		}
+		return &s
+	}
+	learnt := func(n int) *slotTracker {
+		return learntWith(n, []float64{7, 95}, func(_ int, b float64) float64 { return 2 * b })
+	}
+	wait := func(s *slotTracker, budget float64) float64 {
+		start := now.Add(-ms(15))
+		s.dispatched(start)
+		s.firstTokenBudget(start, now.Add(-ms(10)), 0, budget)
+		var w [nSlots]float64
+		s.waits(now, &w)
+		return w[0] * 1000 // one slot: the wait is the holder's time left
+	}
+	for _, tt := range []struct {
+		name   string
+		learnt int
+		budget float64
+		want   float64
+	}{
+		{"long budget", 16, 95, 180},
+		{"short budget", 16, 7, 4},
+		{"no budget", 16, 0, 92},
+		{"too few budgeted answers", 6, 95, 92},
+	} {
+		got := wait(learnt(tt.learnt), tt.budget)
+		if math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: %.3f ms left, want %v", tt.name, got, tt.want)
+		}
+	}
+	// Answers that stop at EOS after 100 or 300 ms whatever their
+	// max_tokens (511 or 32767 after the first): the budgets explain
+	// nothing, and one with 32767 to go, 10 ms along, has the decode
+	// times' 190 ms left, not 32767 tokens' worth.
+	eos := learntWith(16, []float64{511, 511, 32767, 32767}, func(i int, _ float64) float64 { return []float64{100, 300}[i%2] })
+	if got := wait(eos, 32767); math.Abs(got-190) > 1e-6 {
+		t.Errorf("answers ending at EOS: %.3f ms left, want 190", got)
+	}
+	// One budget for every answer: the decode times decide, exactly.
+	same := learntWith(16, []float64{40}, func(i int, _ float64) float64 { return []float64{60, 80}[i%2] })
+	if got, want := wait(same, 40), 60.0; math.Abs(got-want) > 1e-9 || same.byBudget {
+		t.Errorf("one budget: %.6f ms left (by budget %v), want %v from the decode times", got, same.byBudget, want)
+	}
+}
+
+// A request's max_tokens reaches its backend's slot tracker: an answer
+// that ends teaches the per-token window its decode time over its budget
+// (tokens after the first), and one without max_tokens does not.
+func TestRequestBudgetReachesTracker(t *testing.T) {
+	clk := newClock()
+	bs := backends("a")
+	s := mustNew(t, SLOPredictive, clk, bs)
+	for _, mt := range []int{33, 0} {
+		tk, err := s.Pick(&Request{API: "openai", Model: "m", PromptTokens: 10, MaxTokens: mt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.add(5 * time.Millisecond)
+		tk.FirstToken()
+		clk.add(64 * time.Millisecond)
+		tk.End(OutcomeOK)
+	}
+	tr := &bs[0].slots
+	if tr.perToken.n != 1 || math.Abs(tr.perToken.xs[0]-0.002) > 1e-12 {
+		t.Errorf("per-token window: %d answers, first %v s a token; want 1 at 0.002", tr.perToken.n, tr.perToken.xs[0])
+	}
+	if tr.abs.n != 2 {
+		t.Errorf("decode window: %d answers, want 2", tr.abs.n)
 	}
 }
