@@ -50,18 +50,7 @@ type boundBackend struct {
 }
 
 func newBoundBackend(c standin.Config) *boundBackend {
-	if c.BlockChars <= 0 {
-		c.BlockChars = 256
-	}
-	if c.Slots <= 0 {
-		c.Slots = 4
-	}
-	if c.Speed <= 0 {
-		c.Speed = 1
-	}
-	if c.DriftFactor <= 0 {
-		c.DriftFactor = 1
-	}
+	c = c.WithDefaults()
 	b := &boundBackend{cfg: c}
 	if c.CacheBlocks > 0 {
 		b.cache = lru.NewSet[uint64](c.CacheBlocks)
@@ -245,15 +234,32 @@ func boundP99(xs []float64) float64 {
 
 // boundPooled is the pooled P99 and the mean over seeds 1..n.
 func boundPooled(t testing.TB, f Fleet, n int, pol func([][]uint64) boundPolicy) (p99, mean float64) {
+	return pooledOver(n, func(seed uint64) []float64 { return boundRun(t, f, seed, pol) })
+}
+
+// pooledOver is the pooled P99 and the mean of run's TTFTs over seeds
+// 1..n.
+func pooledOver(n int, run func(seed uint64) []float64) (p99, mean float64) {
 	var all []float64
 	for s := 1; s <= n; s++ {
-		all = append(all, boundRun(t, f, uint64(s), pol)...)
+		all = append(all, run(uint64(s))...)
 	}
 	sum := 0.0
 	for _, x := range all {
 		sum += x
 	}
 	return boundP99(all), sum / float64(len(all))
+}
+
+// noisyTTFT is b.ttft times a log-normal error of sigma drawn from rng.
+func noisyTTFT(rng *rand.Rand, sigma float64) func(b *boundBackend, t float64, r *boundReq) float64 {
+	return func(b *boundBackend, t float64, r *boundReq) float64 {
+		x := b.ttft(t, r)
+		if sigma > 0 {
+			x *= math.Exp(sigma * rng.NormFloat64())
+		}
+		return x
+	}
 }
 
 func load(b *boundBackend) int { return b.running + len(b.queue) }
@@ -321,14 +327,7 @@ func resident(b *boundBackend, prefix [][]uint64) int {
 // (the groups it holds, and this one, within fill of its cache).
 func boundStatic(assign []int, spill bool, sigma, fill float64) func([][]uint64) boundPolicy {
 	return func(prefix [][]uint64) boundPolicy {
-		rng := rand.New(rand.NewPCG(7, 7))
-		est := func(b *boundBackend, t float64, r *boundReq) float64 {
-			x := b.ttft(t, r)
-			if sigma > 0 {
-				x *= math.Exp(sigma * rng.NormFloat64())
-			}
-			return x
-		}
+		est := noisyTTFT(rand.New(rand.NewPCG(7, 7)), sigma)
 		return func(t float64, r *boundReq, bs []*boundBackend) int {
 			h := assign[r.group]
 			if !spill {
@@ -434,14 +433,7 @@ func climb(t testing.TB, f Fleet, seeds int, pol func([]int) func([][]uint64) bo
 //   - "fast": where its first request's TTFT is least.
 func boundDynamic(place string, sigma, fill float64) func([][]uint64) boundPolicy {
 	return func(prefix [][]uint64) boundPolicy {
-		rng := rand.New(rand.NewPCG(7, 7))
-		est := func(b *boundBackend, t float64, r *boundReq) float64 {
-			x := b.ttft(t, r)
-			if sigma > 0 {
-				x *= math.Exp(sigma * rng.NormFloat64())
-			}
-			return x
-		}
+		est := noisyTTFT(rand.New(rand.NewPCG(7, 7)), sigma)
 		k := 0
 		room := func(d *boundBackend, pb int) bool {
 			return d.cache == nil || float64((resident(d, prefix)+1)*pb) <= fill*float64(d.cfg.CacheBlocks)

@@ -204,15 +204,7 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 
 // schedPooled is a policy's pooled P99 and mean over seeds 1..n.
 func schedPooled(t testing.TB, f Fleet, n int, policy string) (p99, mean float64) {
-	var all []float64
-	for s := 1; s <= n; s++ {
-		all = append(all, schedRun(t, f, uint64(s), policy)...)
-	}
-	sum := 0.0
-	for _, x := range all {
-		sum += x
-	}
-	return boundP99(all), sum / float64(len(all))
+	return pooledOver(n, func(seed uint64) []float64 { return schedRun(t, f, seed, policy) })
 }
 
 // TestSchedReplay prints, per fleet the replay runs, the gateway's

@@ -49,6 +49,13 @@ type Config struct {
 	NoMetrics bool
 }
 
+// WithDefaults is c with its zero fields at their defaults, as Start
+// serves it.
+func (c Config) WithDefaults() Config {
+	c.defaults()
+	return c
+}
+
 func (c *Config) defaults() {
 	if c.Model == "" {
 		c.Model = "standin"
