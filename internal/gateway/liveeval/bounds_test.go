@@ -8,12 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/ttft-dev/ttft/internal/gateway/standin"
 	"github.com/ttft-dev/ttft/internal/lru"
@@ -106,6 +103,34 @@ func (b *boundBackend) ttft(t float64, r *boundReq) float64 {
 	return s - t + b.prefill(s, r.chars, b.hit(r.blocks))
 }
 
+// take gives the next request in line a slot at now, as the stand-in
+// does: its cache looked up and touched, its prefill and its end (each
+// sleep late by late(), when late is not nil). It returns the request,
+// the blocks it found cached, its prefill and its end.
+func (b *boundBackend) take(now float64, late func() float64) (r *boundReq, hit int, pf, end float64) {
+	r = b.queue[0]
+	b.queue = b.queue[1:]
+	hit = b.hit(r.blocks)
+	if b.cache != nil {
+		for k := len(r.blocks) - 1; k >= 0; k-- {
+			b.cache.Touch(r.blocks[k])
+		}
+	}
+	pf = b.prefill(now, r.chars, hit)
+	decode := b.factor(now) * ms(b.cfg.DecodePerToken) * float64(r.out-1)
+	if late != nil {
+		pf += late()
+		for range r.out - 1 {
+			decode += late()
+		}
+	}
+	// The gateway hears an answer end after its first token.
+	end = max(now+pf+decode, now+pf+boundNet)
+	b.running++
+	b.ends = append(b.ends, end)
+	return r, hit, pf, end
+}
+
 // boundPolicy picks a backend for r at t.
 type boundPolicy func(t float64, r *boundReq, bs []*boundBackend) int
 
@@ -146,13 +171,8 @@ func boundRequests(t testing.TB, f Fleet, seed uint64) (reqs []*boundReq, prefix
 			p.WriteString("<" + m.Role + ">" + m.Content + "\n")
 		}
 		s := p.String()
-		n := len(s) / bc
-		hs := make([]uint64, n)
-		var prev uint64
-		for k := range n {
-			prev = xxhash.Sum64String(strconv.FormatUint(prev, 16) + s[k*bc:(k+1)*bc])
-			hs[k] = prev
-		}
+		hs := standin.BlockHashes(s, bc)
+		n := len(hs)
 		g := 0
 		for g < f.Workload.Groups && groupLabel(g) != req.Group {
 			g++
@@ -181,18 +201,7 @@ func boundRun(t testing.TB, f Fleet, seed uint64, pol func(prefix [][]uint64) bo
 	start := func(b int, now float64) {
 		be := bs[b]
 		for be.running < be.cfg.Slots && len(be.queue) > 0 {
-			r := be.queue[0]
-			be.queue = be.queue[1:]
-			h := be.hit(r.blocks)
-			if be.cache != nil {
-				for k := len(r.blocks) - 1; k >= 0; k-- {
-					be.cache.Touch(r.blocks[k])
-				}
-			}
-			pf := be.prefill(now, r.chars, h)
-			end := now + pf + be.factor(now)*ms(be.cfg.DecodePerToken)*float64(r.out-1)
-			be.running++
-			be.ends = append(be.ends, end)
+			r, _, pf, end := be.take(now, nil)
 			if r.i >= f.Workload.Warmup {
 				ttfts = append(ttfts, now+pf-r.sent+boundNet)
 			}

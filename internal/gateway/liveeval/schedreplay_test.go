@@ -62,7 +62,13 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 	if v := os.Getenv("LIVEEVAL_REPLAY_LATE_MS"); v != "" {
 		late, _ = strconv.ParseFloat(v, 64)
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x6c617465))
+	// A host's timers wake late: each of the stand-in's sleeps (the
+	// prefill, then one per token) overshoots.
+	var lateness func() float64
+	if late > 0 {
+		rng := rand.New(rand.NewPCG(seed, 0x6c617465))
+		lateness = func() float64 { return late * rng.ExpFloat64() }
+	}
 	base := time.Unix(1_700_000_000, 0)
 	now := 0.0
 	clock := func() time.Time { return base.Add(time.Duration(now * float64(time.Millisecond))) }
@@ -119,31 +125,9 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 	start := func(b int) {
 		be := bs[b]
 		for be.running < be.cfg.Slots && len(be.queue) > 0 {
-			r := be.queue[0]
-			be.queue = be.queue[1:]
-			hit := be.hit(r.blocks)
-			if be.cache != nil {
-				for k := len(r.blocks) - 1; k >= 0; k-- {
-					be.cache.Touch(r.blocks[k])
-				}
-			}
+			r, hit, pf, end := be.take(now, lateness)
 			queried[b] += float64(r.chars / 4)
 			hits[b] += float64(hit * be.cfg.BlockChars / 4)
-			pf := be.prefill(now, r.chars, hit)
-			end := now + pf + be.factor(now)*ms(be.cfg.DecodePerToken)*float64(r.out-1)
-			if late > 0 {
-				// A host's timers wake late: each of the stand-in's
-				// sleeps (the prefill, then one per token) overshoots.
-				pf += late * rng.ExpFloat64()
-				end += late * rng.ExpFloat64()
-				for range r.out - 1 {
-					end += late * rng.ExpFloat64()
-				}
-			}
-			// The gateway hears an answer end after its first token.
-			end = max(end, now+pf+boundNet)
-			be.running++
-			be.ends = append(be.ends, end)
 			if r.i >= f.Workload.Warmup {
 				ttfts = append(ttfts, now+pf-r.sent+boundNet)
 			}

@@ -278,15 +278,22 @@ func (s *Server) handOff() {
 // lookup returns how many leading characters of prompt the cache holds
 // and caches every full block of it (most recent first block, as an
 // engine touching a shared prefix on every request keeps it longest).
-func (s *Server) lookup(prompt string) int {
-	bc := s.cfg.BlockChars
-	n := len(prompt) / bc
+// BlockHashes is how a stand-in keys its cache: the prompt's whole
+// blocks of blockChars characters, each hash chained to the one before.
+func BlockHashes(prompt string, blockChars int) []uint64 {
+	n := len(prompt) / blockChars
 	hashes := make([]uint64, n)
 	var prev uint64
 	for i := range n {
-		prev = xxhash.Sum64String(strconv.FormatUint(prev, 16) + prompt[i*bc:(i+1)*bc])
+		prev = xxhash.Sum64String(strconv.FormatUint(prev, 16) + prompt[i*blockChars:(i+1)*blockChars])
 		hashes[i] = prev
 	}
+	return hashes
+}
+
+func (s *Server) lookup(prompt string) int {
+	hashes := BlockHashes(prompt, s.cfg.BlockChars)
+	n := len(hashes)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Requests++
@@ -301,8 +308,8 @@ func (s *Server) lookup(prompt string) int {
 	for i := n - 1; i >= 0; i-- {
 		s.cache.Touch(hashes[i])
 	}
-	s.stats.HitChars += int64(hit * bc)
-	return hit * bc
+	s.stats.HitChars += int64(hit * s.cfg.BlockChars)
+	return hit * s.cfg.BlockChars
 }
 
 type chatRequest struct {
