@@ -134,23 +134,6 @@ func (b *boundBackend) take(now float64, late func() float64) (r *boundReq, hit 
 // boundPolicy picks a backend for r at t.
 type boundPolicy func(t float64, r *boundReq, bs []*boundBackend) int
 
-type endEvent struct {
-	at float64
-	b  int
-}
-type endHeap []endEvent
-
-func (h endHeap) Len() int           { return len(h) }
-func (h endHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)        { *h = append(*h, x.(endEvent)) }
-func (h *endHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // boundRequests is the fleet's request sequence for a seed, as the live
 // suite sends it, with each prompt's block hashes as the stand-ins take
 // them, and each group's full prefix blocks.
@@ -195,7 +178,7 @@ func boundRun(t testing.TB, f Fleet, seed uint64, pol func(prefix [][]uint64) bo
 	for i, c := range f.StandIns {
 		bs[i] = newBoundBackend(c)
 	}
-	var ends endHeap
+	var ends schedHeap // end events only
 	var ttfts []float64
 	next := 0
 	start := func(b int, now float64) {
@@ -205,7 +188,7 @@ func boundRun(t testing.TB, f Fleet, seed uint64, pol func(prefix [][]uint64) bo
 			if r.i >= f.Workload.Warmup {
 				ttfts = append(ttfts, now+pf-r.sent+boundNet)
 			}
-			heap.Push(&ends, endEvent{end, b})
+			heap.Push(&ends, schedEvent{at: end, b: b})
 		}
 	}
 	send := func(now float64) {
@@ -223,7 +206,7 @@ func boundRun(t testing.TB, f Fleet, seed uint64, pol func(prefix [][]uint64) bo
 		send(0)
 	}
 	for ends.Len() > 0 {
-		e := heap.Pop(&ends).(endEvent)
+		e := heap.Pop(&ends).(schedEvent)
 		be := bs[e.b]
 		be.running--
 		if k := slices.Index(be.ends, e.at); k >= 0 {
