@@ -406,7 +406,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	}
 	t.first, t.firstAt = true, now
 	ttft := now.Sub(t.start)
-	t.Backend.slots.firstTokenBudget(t.start, now, t.feat.InFlight, t.budget)
+	t.Backend.slots.firstToken(t.start, now, t.feat.InFlight, t.budget)
 	t.Backend.queuedTokens.Add(-t.uncached)
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)

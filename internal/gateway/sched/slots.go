@@ -171,14 +171,9 @@ func (s *slotTracker) dispatched(at time.Time) {
 }
 
 // firstToken moves the request dispatched at start, which found ahead
-// requests in flight, from pending to decoding.
-func (s *slotTracker) firstToken(start, at time.Time, ahead float64) {
-	s.firstTokenBudget(start, at, ahead, 0)
-}
-
-// firstTokenBudget is firstToken for an answer allowed budget tokens
-// after its first (0: no limit known).
-func (s *slotTracker) firstTokenBudget(start, at time.Time, ahead, budget float64) {
+// requests in flight, from pending to decoding; its answer may run to
+// budget tokens after this first one (0: no limit known).
+func (s *slotTracker) firstToken(start, at time.Time, ahead, budget float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !remove(&s.pend, start.UnixNano()) {

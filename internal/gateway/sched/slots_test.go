@@ -16,12 +16,12 @@ func trackerWith(now time.Time, decode, service time.Duration, decoding, pending
 	var s slotTracker
 	t0 := now.Add(-time.Hour)
 	s.dispatched(t0)
-	s.firstToken(t0, t0.Add(service), 0)
+	s.firstToken(t0, t0.Add(service), 0, 0)
 	s.ended(t0, t0.Add(service), t0.Add(service+decode), true)
 	for _, ago := range decoding {
 		at := now.Add(-ago)
 		s.dispatched(at.Add(-service))
-		s.firstToken(at.Add(-service), at, 1)
+		s.firstToken(at.Add(-service), at, 1, 0)
 	}
 	for _, ago := range pending {
 		s.dispatched(now.Add(-ago))
@@ -68,7 +68,7 @@ func TestSlotTrackerWaits(t *testing.T) {
 	t.Run("nothing before a decode time is learnt", func(t *testing.T) {
 		var s slotTracker
 		s.dispatched(now.Add(-time.Second))
-		s.firstToken(now.Add(-time.Second), now.Add(-time.Second/2), 0)
+		s.firstToken(now.Add(-time.Second), now.Add(-time.Second/2), 0, 0)
 		s.dispatched(now)
 		var w [nSlots]float64
 		s.waits(now, &w)
@@ -283,13 +283,13 @@ func BenchmarkSlotTrackerWaits(b *testing.B) {
 			budget := float64(8 + i%89)
 			at := t0.Add(time.Duration(i) * time.Second)
 			bs.dispatched(at)
-			bs.firstTokenBudget(at, at.Add(ms(20)), 0, budget)
+			bs.firstToken(at, at.Add(ms(20)), 0, budget)
 			bs.ended(at, at.Add(ms(20)), at.Add(ms(20)+time.Duration(budget*2*float64(time.Millisecond))), true)
 		}
 		for i, ago := range dec {
 			at := now.Add(-ago)
 			bs.dispatched(at.Add(-ms(20)))
-			bs.firstTokenBudget(at.Add(-ms(20)), at, 1, float64(8+i*7%89))
+			bs.firstToken(at.Add(-ms(20)), at, 1, float64(8+i*7%89))
 		}
 		for _, ago := range pend {
 			bs.dispatched(now.Add(-ago))
@@ -318,7 +318,7 @@ func BenchmarkSlotTrackerLifecycle(b *testing.B) {
 		at := now.Add(time.Duration(i) * time.Second)
 		budget := float64(8 + i%89)
 		s.dispatched(at)
-		s.firstTokenBudget(at, at.Add(20*time.Millisecond), 0, budget)
+		s.firstToken(at, at.Add(20*time.Millisecond), 0, budget)
 		s.ended(at, at.Add(20*time.Millisecond), at.Add(20*time.Millisecond+time.Duration(budget*2*float64(time.Millisecond))), true)
 		i++
 	}
@@ -406,7 +406,7 @@ func TestSlotTrackerBudget(t *testing.T) {
 			budget := budgets[i%len(budgets)]
 			start := t0.Add(time.Duration(i) * time.Second)
 			s.dispatched(start)
-			s.firstTokenBudget(start, start.Add(ms(5)), 0, budget)
+			s.firstToken(start, start.Add(ms(5)), 0, budget)
 			s.ended(start, start.Add(ms(5)), start.Add(ms(5)+ms(decode(i, budget))), true)
 		}
 		return &s
@@ -417,7 +417,7 @@ func TestSlotTrackerBudget(t *testing.T) {
 	wait := func(s *slotTracker, budget float64) float64 {
 		start := now.Add(-ms(15))
 		s.dispatched(start)
-		s.firstTokenBudget(start, now.Add(-ms(10)), 0, budget)
+		s.firstToken(start, now.Add(-ms(10)), 0, budget)
 		var w [nSlots]float64
 		s.waits(now, &w)
 		return w[0] * 1000 // one slot: the wait is the holder's time left
