@@ -354,11 +354,22 @@ func OllamaFleets() []Fleet {
 		return Fleet{Name: name, About: about, Ollama: insts, ModelName: OllamaModel, HealthPath: "/v1/models",
 			Workload: w, SLO: ollamaSLO, CacheMatters: true}
 	}
+	// Answers that hold the slots: two slots an instance, more clients
+	// than a group's home has slots, and answers whose max_tokens runs
+	// from 8 to 48, so that a request at a busy home waits for an
+	// answer to end (the slot tracker's wait, read against each answer's
+	// budget), which the fleets above, four slots for two clients and
+	// four-token answers, never make anyone do.
+	two := func(c gguf.Config) OllamaInstance { return OllamaInstance{Model: c, Parallel: 2, Threads: 1} }
+	answers := f("ollama-answers", "3 Ollama instances (2 fast, 1 with a 2× deeper model), 2 slots each, 6 groups, answers of 8–48 tokens, concurrency 4",
+		two(fast), two(fast), two(slow))
+	answers.Workload.Groups, answers.Workload.OutputTokens, answers.Workload.OutputTokensMax, answers.Workload.Concurrency = 6, 8, 48, 4
 	return []Fleet{
 		f("ollama", "4 Ollama instances (2 fast, 2 with a 2× deeper model), 4 prompt-cache slots each, 8 groups",
 			in(fast), in(fast), in(slow), in(slow)),
 		f("ollama-three", "3 Ollama instances (2 fast, 1 with a 2× deeper model), 4 prompt-cache slots each, 8 groups",
 			in(fast), in(fast), in(slow)),
+		answers,
 	}
 }
 
