@@ -412,6 +412,8 @@ type QueueEstimate struct {
 	Reach float64
 	// Ready: the model has seen enough TTFTs to be trusted.
 	Ready bool
+	// slot is Slots' index in slotHypotheses.
+	slot int
 	// use is the admission loop's share of the SLO that Bound was
 	// divided by (loopState.adjust; 0: not adjusted): Wait converts
 	// Bound's excess back to the queue's time.
@@ -437,7 +439,7 @@ func (b *queueBound) estimateLocked(feat Features) QueueEstimate {
 		bound = max(bound, 1.5*mean)
 	}
 	return QueueEstimate{
-		Mean: secs(mean), Bound: secs(bound), Ahead: feat.InFlight, Slots: m,
+		Mean: secs(mean), Bound: secs(bound), Ahead: feat.InFlight, Slots: m, slot: b.active,
 		Drain: secs(f.w[bxAhead]), Reach: b.reach, Ready: b.n >= boundMinSamples,
 	}
 }

@@ -238,8 +238,17 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 // The slots and the wait come from the queue-aware model admission
 // decides by (queueBound: slots believed from the TTFTs, the wait for
 // one from how far along the answers holding them are, slotTracker),
-// and each candidate's prediction is the larger of it and the routing
-// predictor's. The linear predictor prices
+// and each candidate's prediction is the largest of it, the routing
+// predictor's, and the routing predictor's plus the wait for a slot
+// counted in full (slotTracker.slotWait: under the slot count whose
+// waits came true). The bound prices the wait by a coefficient it fits,
+// and that fit believes the fewest slots that explain the TTFTs about
+// as well as any: one on the four-slot stand-ins, whose waits for one
+// slot are wrong, so the coefficient came out near zero, and a right
+// wait behind two-slot homes went unpriced (fleet ten-small: the
+// slowest requests were predicted at 4–14 ms at homes whose answers
+// had just begun, and waited 45–67 ms; docs/routing-evaluation.md, "A
+// wait for a slot counted in full"). The linear predictor prices
 // every request in flight alike — too much within the slots, where none
 // waits, and too little past them: where answers are
 // long and hold the slots while they decode, a request joined a home
@@ -265,7 +274,7 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 	if !qa.Ready || !a.pred.Ready || a.feat.InFlight < float64(qa.Slots) {
 		return -1
 	}
-	home := max(a.pred.Mean, qa.Mean)
+	home := max(a.pred.Mean, qa.Mean, a.pred.Mean+secs(a.b.slots.slotWait(&a.feat.Waits, qa.slot)))
 	to := -1
 	for i := range cands {
 		c := &cands[i]
@@ -274,7 +283,7 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		}
 		dest := c.pred.Mean
 		if qc := c.b.preds.bound.estimate(c.feat); qc.Ready {
-			dest = max(dest, qc.Mean)
+			dest = max(dest, qc.Mean, c.pred.Mean+secs(c.b.slots.slotWait(&c.feat.Waits, qc.slot)))
 		}
 		if slo > 0 && dest > slo || float64(home) <= missFaster*float64(dest) {
 			continue

@@ -552,3 +552,41 @@ func TestSLOAffinityMeanFallback(t *testing.T) {
 		})
 	}
 }
+
+// A home past its slots whose queue bound prices the wait cheaply (its
+// fit learnt that requests waited little) gives the request up when the
+// answers holding its slots have just begun: the wait for a slot counts
+// in full (slotTracker.slotWait), 60–70 ms here against a 17 ms prefill
+// on a free backend. When they are nearly done it keeps it.
+func TestSLOAffinityQueuedHomeSlotWait(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	for _, tt := range []struct {
+		name         string
+		age          time.Duration // how long the home's answers have run (of 100 ms)
+		want, reason string
+	}{
+		{"answers just begun: leaves", ms(30), "other", ReasonHeadroom},
+		{"answers nearly done: stays", ms(97), "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			for _, b := range bs {
+				trainSlots(b, 300, 0.005, 2e-5, 0.001, rng)
+				b.noteReach(8)
+			}
+			clk := newClock()
+			home := &bs[0].slots
+			fillTracker(home, clk.now(), ms(100), ms(5), []time.Duration{tt.age, tt.age - ms(1), tt.age - ms(2), tt.age - ms(3)}, []time.Duration{ms(1)})
+			bs[0].inFlight.Add(5)
+			bs[0].Prefix().Insert(prompt)
+			tk := pickPrompt(t, bs, clk.now, prompt, 500*time.Millisecond)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				var w [nSlots]float64
+				home.waits(clk.now(), &w)
+				t.Errorf("picked %s (%s, predicted %v), want %s (%s); the home's waits %v", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tt.want, tt.reason, w)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ func (s *Scheduler) Redirect(t *Ticket, to *Backend, req *Request) *Ticket {
 	}
 	to.inFlight.Add(1)
 	to.queuedTokens.Add(n.uncached)
-	to.slots.dispatched(start)
+	to.slots.dispatched(start, float64(n.uncached))
 	if t.caps {
 		n.caps = true
 		n.capU = to.caps.uncached(req.Blocks, req.PromptTokens, s.opts.BlockTokens)

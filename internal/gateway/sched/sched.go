@@ -321,7 +321,7 @@ func (s *Scheduler) Pick(req *Request) (*Ticket, error) {
 	}
 	c.b.inFlight.Add(1)
 	c.b.queuedTokens.Add(t.uncached)
-	c.b.slots.dispatched(now)
+	c.b.slots.dispatched(now, float64(c.uncached))
 	// A prompt the backend held none of starts a prompt group there (a
 	// new group, or one spilling to a second home): its root counts in
 	// the backend's footprint (capacityModel.fill).
@@ -407,6 +407,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	t.first, t.firstAt = true, now
 	ttft := now.Sub(t.start)
 	t.Backend.slots.firstToken(t.start, now, t.feat.InFlight, t.budget)
+	t.Backend.slots.learnWaits(&t.feat.Waits, float64(t.uncached), ttft.Seconds())
 	t.Backend.queuedTokens.Add(-t.uncached)
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)

@@ -27,7 +27,7 @@ type slotTracker struct {
 	// decoding, in the order their first tokens came. Times are Unix
 	// nanoseconds. A request is found again by its time alone: two
 	// requests of the same time are interchangeable here.
-	pend []int64
+	pend []pending
 	dec  []decoding
 	// abs is the last slotDecodeWindow requests' times from first token
 	// to end, seconds (decodeWindow: sorted, for the mean time left to an
@@ -61,9 +61,35 @@ type slotTracker struct {
 	// simulation adds itself.)
 	service float64
 	nAlone  int
-	// held is the decoding answers' mean times left, sorted, and rel
-	// the simulation's scratch.
-	held, rel []float64
+	// svc is each request's own time to its first token once it has a
+	// slot: the alone requests' TTFTs against their uncached tokens. A
+	// request dispatched with its prefix cached holds its slot a few
+	// milliseconds before it decodes, one whose prefix is not a whole
+	// prefill. One service time for both (service: the alone requests'
+	// mean, mostly cached prompts where groups stay home) ended a
+	// miss's prefill too soon, and with it the wait behind it (fleet
+	// ten-small; docs/routing-evaluation.md, "A wait for a slot counted
+	// in full").
+	svc serviceFit
+	// peak is the most requests seen decoding at once: the backend has
+	// at least that many slots.
+	peak int
+	// werr is each slot hypothesis's waits' error against the waits
+	// the requests had (their TTFT less their own service time), a
+	// moving mean of absolute errors over nw first tokens: slotWait
+	// believes the hypothesis whose waits came true.
+	werr [nSlots]float64
+	nw   int
+	// held is the decoding answers' mean times left, sorted, svcs the
+	// pending requests' service times, and rel the simulation's scratch.
+	held, svcs, rel []float64
+}
+
+// pending is a request without its first token: dispatched at (Unix
+// nanoseconds), with u of its prompt's tokens predicted uncached there.
+type pending struct {
+	at int64
+	u  float64
 }
 
 // decoding is a request decoding on the backend: when its first token
@@ -162,10 +188,10 @@ const slotDecodeWindow = 64
 // which waits already ignores past slotWaitMaxInFlight.
 const slotTrackerMax = 4096
 
-func (s *slotTracker) dispatched(at time.Time) {
+func (s *slotTracker) dispatched(at time.Time, uncached float64) {
 	s.mu.Lock()
 	if len(s.pend)+len(s.dec) < slotTrackerMax {
-		s.pend = append(s.pend, at.UnixNano())
+		s.pend = append(s.pend, pending{at.UnixNano(), uncached})
 	}
 	s.mu.Unlock()
 }
@@ -176,11 +202,16 @@ func (s *slotTracker) dispatched(at time.Time) {
 func (s *slotTracker) firstToken(start, at time.Time, ahead, budget float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !remove(&s.pend, start.UnixNano()) {
+	u, ok := removePending(&s.pend, start.UnixNano())
+	if !ok {
 		return
 	}
 	s.dec = append(s.dec, decoding{at.UnixNano(), budget})
+	s.peak = max(s.peak, len(s.dec))
 	ttft := at.Sub(start).Seconds()
+	if ahead == 0 {
+		s.svc.learn(u, ttft)
+	}
 	switch {
 	case ahead == 0 && s.nAlone == 0:
 		s.service = ttft
@@ -211,7 +242,7 @@ func (s *slotTracker) ended(start, first, at time.Time, completed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if first.IsZero() {
-		remove(&s.pend, start.UnixNano())
+		removePending(&s.pend, start.UnixNano())
 		return
 	}
 	budget, ok := removeDecoding(&s.dec, first.UnixNano())
@@ -252,15 +283,63 @@ func (s *slotTracker) meanDecode() float64 {
 	return s.abs.above[0] / float64(min(s.abs.n, slotDecodeWindow))
 }
 
-// remove deletes the first element equal to v, keeping the order.
-func remove(xs *[]int64, v int64) bool {
+// removePending deletes the first request dispatched at, keeping the
+// order, and returns its uncached tokens.
+func removePending(xs *[]pending, at int64) (float64, bool) {
 	for i, x := range *xs {
-		if x == v {
+		if x.at == at {
 			*xs = append((*xs)[:i], (*xs)[i+1:]...)
-			return true
+			return x.u, true
 		}
 	}
-	return false
+	return 0, false
+}
+
+// serviceFit is a least-squares line through the (uncached tokens, TTFT)
+// of requests that found nothing else in flight, its sums exponentially
+// forgotten (serviceForget): a fixed time plus a prefill time per
+// uncached token.
+type serviceFit struct {
+	w, u, t, uu, ut float64
+}
+
+// serviceForget is the service line's forgetting factor per alone
+// request (about twenty of memory).
+const serviceForget = 0.95
+
+func (f *serviceFit) learn(u, t float64) {
+	const l = serviceForget
+	f.w = l*f.w + 1
+	f.u = l*f.u + u
+	f.t = l*f.t + t
+	f.uu = l*f.uu + u*u
+	f.ut = l*f.ut + u*t
+}
+
+// at is the fitted TTFT of a request with u uncached tokens; ok false
+// before any was learnt. Until the uncached counts have varied, it is
+// their mean TTFT; a slope is never negative (a longer prefill is not
+// faster), and a line that would cross zero goes through it instead.
+func (f *serviceFit) at(u float64) (float64, bool) {
+	a, slope, ok := f.line()
+	return a + slope*u, ok
+}
+
+// line is at's fixed time and time per uncached token.
+func (f *serviceFit) line() (a, slope float64, ok bool) {
+	if f.w < 0.5 {
+		return 0, 0, false
+	}
+	mu, mt := f.u/f.w, f.t/f.w
+	vu := f.uu/f.w - mu*mu
+	if vu > 1 { // tokens²: the uncached counts varied
+		slope = max((f.ut/f.w-mu*mt)/vu, 0)
+	}
+	a = mt - slope*mu
+	if a < 0 {
+		a, slope = 0, max(mt/max(mu, 1), 0)
+	}
+	return a, slope, true
 }
 
 // waits fills out[i] with how long a request sent now would wait for a
@@ -291,6 +370,18 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 		held = insertSorted(held, 0, left)
 	}
 	s.held = held
+	// Each pending request's own service time, once for every
+	// hypothesis.
+	svc := s.svcs[:0]
+	a, slope, ok := s.svc.line()
+	for _, d := range s.pend {
+		v := s.service
+		if ok {
+			v = a + slope*d.u
+		}
+		svc = append(svc, v)
+	}
+	s.svcs = svc
 	for i, m := range slotHypotheses {
 		if m > slotWaitMaxSlots {
 			break
@@ -311,15 +402,16 @@ func (s *slotTracker) simulate(now int64, m int) float64 {
 	rel := append(s.rel[:0], s.held...)
 	decode := s.meanDecode()
 	lo := 0
-	for _, d := range s.pend {
+	for k, d := range s.pend {
+		svc := s.svcs[k]
 		var end float64
 		if held := len(rel) - lo; held < m {
 			// A free slot: in prefill since it came.
-			end = max(0, s.service-float64(now-d)/1e9) + decode
+			end = max(0, svc-float64(now-d.at)/1e9) + decode
 		} else {
 			// Its slot frees when held−m+1 of those holding them end.
 			lo += held - m
-			end = rel[lo] + s.service + decode
+			end = rel[lo] + svc + decode
 			lo++
 		}
 		rel = insertSorted(rel, lo, end)
@@ -341,4 +433,58 @@ func insertSorted(xs []float64, lo int, v float64) []float64 {
 	}
 	xs[i] = v
 	return xs
+}
+
+// slotWaitMinScored is how many first tokens score the slot hypotheses'
+// waits before slotWait believes the best of them.
+const slotWaitMinScored = 8
+
+// slotWaitAlpha is the weight of each new error in a hypothesis's score.
+const slotWaitAlpha = 0.05
+
+// learnWaits scores each slot hypothesis's wait w (slotTracker.waits,
+// when the request was sent) against the wait the request had: its
+// TTFT less its own service time for u uncached tokens.
+func (s *slotTracker) learnWaits(w *[nSlots]float64, u, ttft float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.svc.at(u)
+	if !ok {
+		return
+	}
+	had := max(ttft-v, 0)
+	for i := range w {
+		e := math.Abs(had - w[i])
+		if s.nw == 0 {
+			s.werr[i] = e
+		} else {
+			s.werr[i] += slotWaitAlpha * (e - s.werr[i])
+		}
+	}
+	s.nw++
+}
+
+// slotWait is the wait for a slot, seconds, out of w (waits, for a
+// request sent now) under the hypothesis whose waits came truest
+// (learnWaits; of equals, the fewest slots), or before enough were
+// scored under the larger of believed (an index into slotHypotheses:
+// the queue bound's) and the fewest slots that hold the most answers
+// seen decoding at once.
+func (s *slotTracker) slotWait(w *[nSlots]float64, believed int) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nw >= slotWaitMinScored {
+		best := 0
+		for i := range s.werr {
+			if s.werr[i] < s.werr[best] {
+				best = i
+			}
+		}
+		return w[best]
+	}
+	i := believed
+	for i < nSlots-1 && slotHypotheses[i] < s.peak {
+		i++
+	}
+	return w[i]
 }

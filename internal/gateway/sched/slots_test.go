@@ -14,19 +14,24 @@ import (
 // given times before now and the pending ones dispatched then, in order.
 func trackerWith(now time.Time, decode, service time.Duration, decoding, pending []time.Duration) *slotTracker {
 	var s slotTracker
+	fillTracker(&s, now, decode, service, decoding, pending)
+	return &s
+}
+
+// fillTracker is trackerWith for a tracker in place (a backend's).
+func fillTracker(s *slotTracker, now time.Time, decode, service time.Duration, decoding, pending []time.Duration) {
 	t0 := now.Add(-time.Hour)
-	s.dispatched(t0)
+	s.dispatched(t0, 0)
 	s.firstToken(t0, t0.Add(service), 0, 0)
 	s.ended(t0, t0.Add(service), t0.Add(service+decode), true)
 	for _, ago := range decoding {
 		at := now.Add(-ago)
-		s.dispatched(at.Add(-service))
+		s.dispatched(at.Add(-service), 0)
 		s.firstToken(at.Add(-service), at, 1, 0)
 	}
 	for _, ago := range pending {
-		s.dispatched(now.Add(-ago))
+		s.dispatched(now.Add(-ago), 0)
 	}
-	return &s
 }
 
 func TestSlotTrackerWaits(t *testing.T) {
@@ -67,9 +72,9 @@ func TestSlotTrackerWaits(t *testing.T) {
 	}
 	t.Run("nothing before a decode time is learnt", func(t *testing.T) {
 		var s slotTracker
-		s.dispatched(now.Add(-time.Second))
+		s.dispatched(now.Add(-time.Second), 0)
 		s.firstToken(now.Add(-time.Second), now.Add(-time.Second/2), 0, 0)
-		s.dispatched(now)
+		s.dispatched(now, 0)
 		var w [nSlots]float64
 		s.waits(now, &w)
 		if w != ([nSlots]float64{}) {
@@ -282,17 +287,17 @@ func BenchmarkSlotTrackerWaits(b *testing.B) {
 		for i := range 64 {
 			budget := float64(8 + i%89)
 			at := t0.Add(time.Duration(i) * time.Second)
-			bs.dispatched(at)
+			bs.dispatched(at, 0)
 			bs.firstToken(at, at.Add(ms(20)), 0, budget)
 			bs.ended(at, at.Add(ms(20)), at.Add(ms(20)+time.Duration(budget*2*float64(time.Millisecond))), true)
 		}
 		for i, ago := range dec {
 			at := now.Add(-ago)
-			bs.dispatched(at.Add(-ms(20)))
+			bs.dispatched(at.Add(-ms(20)), 0)
 			bs.firstToken(at.Add(-ms(20)), at, 1, float64(8+i*7%89))
 		}
 		for _, ago := range pend {
-			bs.dispatched(now.Add(-ago))
+			bs.dispatched(now.Add(-ago), 0)
 		}
 		if !bs.byBudget {
 			b.Fatal("the budgets should explain the decode times")
@@ -317,7 +322,7 @@ func BenchmarkSlotTrackerLifecycle(b *testing.B) {
 	step := func() {
 		at := now.Add(time.Duration(i) * time.Second)
 		budget := float64(8 + i%89)
-		s.dispatched(at)
+		s.dispatched(at, 0)
 		s.firstToken(at, at.Add(20*time.Millisecond), 0, budget)
 		s.ended(at, at.Add(20*time.Millisecond), at.Add(20*time.Millisecond+time.Duration(budget*2*float64(time.Millisecond))), true)
 		i++
@@ -337,7 +342,7 @@ func TestSlotTrackerBounded(t *testing.T) {
 	var s slotTracker
 	now := time.Unix(1_700_000_000, 0)
 	for i := range slotTrackerMax + 100 {
-		s.dispatched(now.Add(time.Duration(i)))
+		s.dispatched(now.Add(time.Duration(i)), 0)
 	}
 	if n := len(s.pend) + len(s.dec); n != slotTrackerMax {
 		t.Fatalf("following %d requests, want %d", n, slotTrackerMax)
@@ -405,7 +410,7 @@ func TestSlotTrackerBudget(t *testing.T) {
 		for i := range n {
 			budget := budgets[i%len(budgets)]
 			start := t0.Add(time.Duration(i) * time.Second)
-			s.dispatched(start)
+			s.dispatched(start, 0)
 			s.firstToken(start, start.Add(ms(5)), 0, budget)
 			s.ended(start, start.Add(ms(5)), start.Add(ms(5)+ms(decode(i, budget))), true)
 		}
@@ -416,7 +421,7 @@ func TestSlotTrackerBudget(t *testing.T) {
 	}
 	wait := func(s *slotTracker, budget float64) float64 {
 		start := now.Add(-ms(15))
-		s.dispatched(start)
+		s.dispatched(start, 0)
 		s.firstToken(start, now.Add(-ms(10)), 0, budget)
 		var w [nSlots]float64
 		s.waits(now, &w)
@@ -476,5 +481,116 @@ func TestRequestBudgetReachesTracker(t *testing.T) {
 	}
 	if tr.abs.n != 2 {
 		t.Errorf("decode window: %d answers, want 2", tr.abs.n)
+	}
+}
+
+// The service line recovers a fixed time and a prefill time per
+// uncached token from alone requests; before the uncached counts vary it
+// is their mean time; it never slopes down.
+func TestServiceFit(t *testing.T) {
+	var f serviceFit
+	if _, ok := f.at(100); ok {
+		t.Fatal("a service time before any request")
+	}
+	for range 5 {
+		f.learn(200, 0.010)
+	}
+	if v, _ := f.at(3000); math.Abs(v-0.010) > 1e-12 {
+		t.Errorf("one uncached count only: %v s at 3000 tokens, want their mean 0.010", v)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		u := float64(rng.IntN(3000))
+		f.learn(u, 0.002+20e-6*u)
+	}
+	for _, u := range []float64{0, 500, 3000} {
+		if v, _ := f.at(u); math.Abs(v-(0.002+20e-6*u)) > 1e-4 {
+			t.Errorf("%v tokens: %v s, want %v", u, v, 0.002+20e-6*u)
+		}
+	}
+	var down serviceFit
+	for range 50 {
+		u := float64(rng.IntN(3000))
+		down.learn(u, 0.05-10e-6*u)
+	}
+	if a, b := must(down.at(0)), must(down.at(3000)); a != b {
+		t.Errorf("a downward line: %v s at 0 tokens, %v at 3000; want one time", a, b)
+	}
+}
+
+func must(v float64, ok bool) float64 {
+	if !ok {
+		panic("no value")
+	}
+	return v
+}
+
+// A request in prefill holds its slot for its own prefill: the wait
+// behind one whose prompt is uncached is longer than behind one whose
+// prompt is cached, by the difference of their prefills.
+func TestSlotTrackerPendingService(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	now := time.Unix(1_700_000_000, 0)
+	var w [2][nSlots]float64
+	for k, u := range []float64{100, 2100} {
+		var s slotTracker
+		t0 := now.Add(-time.Hour)
+		// Alone requests: 2 ms plus 20 µs per uncached token; answers
+		// of 100 ms.
+		for i := range 40 {
+			at := t0.Add(time.Duration(i) * time.Second)
+			uu := float64(i%5) * 500
+			ttft := ms(2 + 0.02*uu)
+			s.dispatched(at, uu)
+			s.firstToken(at, at.Add(ttft), 0, 0)
+			s.ended(at, at.Add(ttft), at.Add(ttft+ms(100)), true)
+		}
+		// One slot taken by an answer begun 10 ms ago, the other by a
+		// request dispatched just now with u uncached tokens.
+		s.dispatched(now.Add(-ms(10)-ms(4)), 100)
+		s.firstToken(now.Add(-ms(10)-ms(4)), now.Add(-ms(10)), 1, 0)
+		s.dispatched(now, u)
+		s.waits(now, &w[k])
+	}
+	// Two slots: the first frees at 90 ms either way; one slot: the
+	// request waits for the answer (90 ms), then the pending one's
+	// prefill (4 or 44 ms) and its answer (100 ms).
+	if got := w[0][1] * 1e3; math.Abs(got-90) > 0.5 {
+		t.Errorf("two slots, a cached prompt ahead: wait %.1f ms, want 90", got)
+	}
+	if d := (w[1][0] - w[0][0]) * 1e3; math.Abs(d-40) > 0.5 {
+		t.Errorf("one slot: the uncached prompt ahead adds %.1f ms to the wait, want its extra prefill, 40 (waits %v, %v)", d, w[0], w[1])
+	}
+}
+
+// slotWait prices the wait under the slot hypothesis whose waits came
+// true, once enough requests have scored them; before that, under the
+// bound's hypothesis, or under more slots where more answers were seen
+// decoding at once.
+func TestSlotWaitHypothesis(t *testing.T) {
+	var s slotTracker
+	for i := range 20 {
+		s.svc.learn(float64(i%4)*500, 0.002+20e-6*float64(i%4)*500)
+	}
+	w := [nSlots]float64{0.200, 0.080, 0.030}
+	if got := s.slotWait(&w, 0); got != 0.200 {
+		t.Errorf("nothing scored, the bound believing one slot: %v, want 0.200", got)
+	}
+	s.peak = 3
+	if got := s.slotWait(&w, 0); got != 0.030 {
+		t.Errorf("three seen decoding at once: %v, want four slots' 0.030", got)
+	}
+	// Requests whose waits were the two-slot hypothesis's.
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range slotWaitMinScored + 20 {
+		var ws [nSlots]float64
+		for i := range 3 {
+			ws[i] = rng.Float64() * 0.1 / float64(i+1)
+		}
+		u := float64(rng.IntN(2000))
+		s.learnWaits(&ws, u, 0.002+20e-6*u+ws[1])
+	}
+	if got := s.slotWait(&w, 0); got != 0.080 {
+		t.Errorf("the two-slot waits came true: %v, want 0.080 (errors %v)", got, s.werr)
 	}
 }
