@@ -246,9 +246,9 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 // as well as any: one on the four-slot stand-ins, whose waits for one
 // slot are wrong, so the coefficient came out near zero, and a right
 // wait behind two-slot homes went unpriced (fleet ten-small: the
-// slowest requests were predicted at 4–14 ms at homes whose answers
-// had just begun, and waited 45–67 ms; docs/routing-evaluation.md, "A
-// wait for a slot counted in full"). The linear predictor prices
+// slowest requests were predicted at 4.5–39 ms at full backends and
+// waited 34–67 ms for a slot; docs/routing-evaluation.md, "A wait for
+// a slot counted in full"). The linear predictor prices
 // every request in flight alike — too much within the slots, where none
 // waits, and too little past them: where answers are
 // long and hold the slots while they decode, a request joined a home
