@@ -250,12 +250,16 @@ func Check(sums []Summary, fleets []Fleet, policy string) []Verdict {
 			v.VsBest = float64(d.P99) / float64(v.BestP99)
 			v.OK = v.VsBest <= 1.1
 		}
-		if rr, ok := get(f.Name, sched.RoundRobin); ok {
+		rr, haveRR := get(f.Name, sched.RoundRobin)
+		if haveRR {
 			v.RR = rr.P99
 			v.VsRR = float64(d.P99) / float64(rr.P99)
 			if f.CacheMatters && v.VsRR > 1.0/3 {
 				v.OK = false
 			}
+		}
+		if v.Best == "" && !haveRR {
+			continue // the default alone: nothing to judge it against
 		}
 		out = append(out, v)
 	}
@@ -296,6 +300,9 @@ func Format(w io.Writer, sums []Summary) {
 
 // FormatVerdicts writes Check's verdicts as a Markdown table.
 func FormatVerdicts(w io.Writer, vs []Verdict, policy string) {
+	if len(vs) == 0 {
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintf(tw, "| fleet\t %s P99 ms\t best single-signal\t its P99 ms\t ratio (≤ 1.10)\t round-robin P99 ms\t ratio (≤ 0.33)\t met (medians)\t\n", policy)
 	fmt.Fprintf(tw, "|%s\n", strings.Repeat("---\t", 8))

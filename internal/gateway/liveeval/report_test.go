@@ -53,3 +53,12 @@ func TestSummarizeAndCheck(t *testing.T) {
 		})
 	}
 }
+
+// A fleet run with the default alone (a side-by-side comparison of two
+// builds) has no verdict: there is nothing to judge it against.
+func TestCheckDefaultAlone(t *testing.T) {
+	sums := Summarize([]Result{{Fleet: "f", Policy: sched.SLOPredictive, Seed: 1, P99: time.Second, HitRate: math.NaN()}})
+	if vs := Check(sums, []Fleet{{Name: "f", CacheMatters: true}}, sched.SLOPredictive); len(vs) != 0 {
+		t.Errorf("verdicts %+v for the default alone, want none", vs)
+	}
+}
