@@ -54,18 +54,16 @@ type slotTracker struct {
 	// budget of 32k beside one of 512 says nothing of how long either
 	// runs, the ratios spread more than the times, and the times decide.
 	byBudget bool
-	// service is the time a request takes to its first token once it
-	// has a slot: the mean TTFT of the requests that found nothing else
-	// in flight, or before there is one, the least TTFT seen. (The mean
+	// fastest is the least TTFT seen, the service time before a request
+	// has found nothing else in flight (svc, from then on). (The mean
 	// TTFT of all requests counts the waits for slots that the
 	// simulation adds itself.)
-	service float64
-	nAlone  int
+	fastest float64
 	// svc is each request's own time to its first token once it has a
 	// slot: the alone requests' TTFTs against their uncached tokens. A
 	// request dispatched with its prefix cached holds its slot a few
 	// milliseconds before it decodes, one whose prefix is not a whole
-	// prefill. One service time for both (service: the alone requests'
+	// prefill. One service time for both (the alone requests'
 	// mean, mostly cached prompts where groups stay home) ended a
 	// miss's prefill too soon, and with it the wait behind it (fleet
 	// ten-small; docs/routing-evaluation.md, "A wait for a slot counted
@@ -177,9 +175,6 @@ const (
 	slotWaitMaxInFlight = 64
 )
 
-// slotTrackerAlpha is the weight of each new TTFT in the service time.
-const slotTrackerAlpha = 0.1
-
 // slotDecodeWindow is how many recent decode times a tracker keeps.
 const slotDecodeWindow = 64
 
@@ -212,15 +207,8 @@ func (s *slotTracker) firstToken(start, at time.Time, ahead, budget float64) {
 	if ahead == 0 {
 		s.svc.learn(u, ttft)
 	}
-	switch {
-	case ahead == 0 && s.nAlone == 0:
-		s.service = ttft
-		s.nAlone++
-	case ahead == 0:
-		s.service += slotTrackerAlpha * (ttft - s.service)
-		s.nAlone++
-	case s.nAlone == 0 && (s.service == 0 || ttft < s.service):
-		s.service = ttft
+	if s.fastest == 0 || ttft < s.fastest {
+		s.fastest = ttft
 	}
 }
 
@@ -375,7 +363,7 @@ func (s *slotTracker) waits(now time.Time, out *[nSlots]float64) {
 	svc := s.svcs[:0]
 	a, slope, ok := s.svc.line()
 	for _, d := range s.pend {
-		v := s.service
+		v := s.fastest
 		if ok {
 			v = a + slope*d.u
 		}
