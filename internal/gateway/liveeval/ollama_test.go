@@ -162,6 +162,51 @@ func TestOllamaFleetCosts(t *testing.T) {
 	}
 }
 
+// TestOllamaAnswersRunToBudget checks what the ollama-answers fleet rests
+// on: the generated model never stops early, so an answer holds its slot
+// for its whole max_tokens (the budget the slot tracker reads), at both
+// ends of the fleet's range. A model that stopped at an early EOS would
+// leave that fleet's requests no slot to wait for.
+func TestOllamaAnswersRunToBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an engine")
+	}
+	bin := enginetest.Binary(t)
+	f := fleetByName(t, "ollama-answers")
+	w := f.Workload
+	if w.OutputTokensMax <= w.OutputTokens {
+		t.Fatalf("fleet's answers are not a range: %d–%d tokens", w.OutputTokens, w.OutputTokensMax)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, err := startOllama(ctx, bin, t.TempDir(), f.Ollama[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	urls, err := e.Reset(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	prefix := words(rng, w.PrefixChars)
+	for _, budget := range []int{w.OutputTokens, w.OutputTokensMax} {
+		for k := range 2 {
+			msgs := []enginetest.Message{{Role: "system", Content: prefix}, {Role: "user", Content: words(rng, w.SuffixMin)}}
+			r, err := enginetest.StreamChat(ctx, urls[0], OllamaModel, msgs, budget)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, e.Diagnose())
+			}
+			t.Logf("max_tokens %d, request %d: %d completion tokens, %d content chunks, finish %q, %v end to end",
+				budget, k, r.OutputTokens, r.ContentChunks, r.FinishReason, r.E2E.Round(time.Millisecond))
+			if r.OutputTokens != budget || r.FinishReason != "length" {
+				t.Errorf("max_tokens %d: %d completion tokens, finish %q; want the whole budget, finish \"length\"",
+					budget, r.OutputTokens, r.FinishReason)
+			}
+		}
+	}
+}
+
 // cacheUse reads the runner's "loading cache slot" debug lines after the
 // last reset and nothing else.
 func TestOllamaCacheUse(t *testing.T) {
