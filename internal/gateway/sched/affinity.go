@@ -204,7 +204,16 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		if i == aff || c.meetP < need || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
 			continue
 		}
-		if need < meetThreshold && !(a.pred.Ready && c.pred.Ready && float64(a.pred.Mean) > missFaster*float64(c.pred.Mean)) {
+		// A destination is priced with its wait for a slot, as in
+		// queuedSpill: a full backend predicted at 4–19 ms took five of
+		// the eight slowest requests of fleet ten-small
+		// (docs/routing-evaluation.md, "Waits scored against what was
+		// served").
+		dest := queuedMean(c)
+		if cy.req.SLO > 0 && dest > cy.req.SLO {
+			continue
+		}
+		if need < meetThreshold && !(a.pred.Ready && c.pred.Ready && float64(a.pred.Mean) > missFaster*float64(dest)) {
 			continue
 		}
 		// Not for speed alone into a cache the groups living there fill
@@ -281,10 +290,7 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		if i == aff || !c.pred.Ready || !c.b.withinReach() {
 			continue
 		}
-		dest := c.pred.Mean
-		if qc := c.b.preds.bound.estimate(c.feat); qc.Ready {
-			dest = max(dest, qc.Mean, c.pred.Mean+secs(c.b.slots.slotWait(&c.feat.Waits, qc.slot)))
-		}
+		dest := queuedMean(c)
 		if slo > 0 && dest > slo || float64(home) <= missFaster*float64(dest) {
 			continue
 		}
@@ -293,6 +299,18 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		}
 	}
 	return to
+}
+
+// queuedMean is c's predicted mean TTFT with its wait for a slot counted
+// in full where the queue bound is ready: the largest of the routing
+// prediction, the bound's mean, and the prediction plus the slot
+// tracker's wait (none while a slot is free).
+func queuedMean(c *Candidate) time.Duration {
+	m := c.pred.Mean
+	if qc := c.b.preds.bound.estimate(c.feat); qc.Ready {
+		m = max(m, qc.Mean, c.pred.Mean+secs(c.b.slots.slotWait(&c.feat.Waits, qc.slot)))
+	}
+	return m
 }
 
 // stayReason is why a request stays on its affinity backend a.

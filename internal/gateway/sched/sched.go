@@ -201,15 +201,23 @@ func (s *Scheduler) Backends() []*Backend { return *s.backends.Load() }
 // Ticket is one dispatched request. Call FirstToken when the first token
 // reaches the gateway (streams only) and End exactly once when it finishes.
 type Ticket struct {
-	Backend      *Backend
-	Policy       string
-	Reason       string
-	Prediction   Prediction
-	SLO          time.Duration
-	Class        string
-	MeetsSLO     bool // the prediction says P95 ≤ SLO (true without an SLO)
-	CachedTokens int
-	Candidates   int
+	Backend    *Backend
+	Policy     string
+	Reason     string
+	Prediction Prediction
+	SLO        time.Duration
+	Class      string
+	MeetsSLO   bool // the prediction says P95 ≤ SLO (true without an SLO)
+	// reportedU is the prompt's tokens the backend reported uncached
+	// (reported: it did). scoring: the first token came and the slot
+	// hypotheses are still to be scored against this request's wait
+	// (scoreWaits): when the backend reports how much of the prompt it
+	// had cached, or at End. (Here, in MeetsSLO's padding, and a float32,
+	// exact to 16M tokens: the ticket stays in its allocation size class.)
+	scoring, reported bool
+	reportedU         float32
+	CachedTokens      int
+	Candidates        int
 
 	s        *Scheduler
 	feat     Features
@@ -407,7 +415,11 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	t.first, t.firstAt = true, now
 	ttft := now.Sub(t.start)
 	t.Backend.slots.firstToken(t.start, now, t.feat.InFlight, t.budget)
-	t.Backend.slots.learnWaits(&t.feat.Waits, float64(t.uncached), ttft.Seconds())
+	if t.reported {
+		t.scoreWaits()
+	} else {
+		t.scoring = true
+	}
 	t.Backend.queuedTokens.Add(-t.uncached)
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)
@@ -440,10 +452,39 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 // observeCached). Backends that publish no metrics are learnt this way
 // too, not only from TTFTs, once 16 answers have reported.
 func (t *Ticket) ObserveCached(cached, prompt int) {
-	if !t.caps || prompt <= 0 || cached < 0 || cached > prompt {
+	if prompt <= 0 || cached < 0 || cached > prompt {
+		return
+	}
+	t.mu.Lock()
+	if !t.reported {
+		// The backend's share uncached, of the prompt as this scheduler
+		// counts it (its tokens and the backend's differ).
+		t.reported = true
+		t.reportedU = float32(float64(int64(t.CachedTokens)+t.uncached) * float64(prompt-cached) / float64(prompt))
+		if t.scoring {
+			t.scoreWaits()
+		}
+	}
+	t.mu.Unlock()
+	if !t.caps {
 		return
 	}
 	t.Backend.caps.observeCached(t.capU, t.capPrompt, float64(cached)/float64(prompt))
+}
+
+// scoreWaits scores the backend's slot hypotheses against this
+// request's wait (slotTracker.learnWaits), with the uncached tokens its
+// backend reported where it did, else those predicted: waited for until
+// the answer says, since a prediction of a cached prefix that the
+// backend had evicted charges the whole prefill to the wait. Called with
+// t.mu held, after the first token.
+func (t *Ticket) scoreWaits() {
+	t.scoring = false
+	u := float64(t.uncached)
+	if t.reported {
+		u = float64(t.reportedU)
+	}
+	t.Backend.slots.learnWaits(&t.feat.Waits, u, t.firstAt.Sub(t.start).Seconds(), t.reported, t.feat.InFlight == 0)
 }
 
 // End finishes the request. It is idempotent.
@@ -455,6 +496,9 @@ func (t *Ticket) End(o Outcome) {
 	}
 	t.ended = true
 	now := t.s.opts.Now()
+	if t.scoring {
+		t.scoreWaits()
+	}
 	if !t.first {
 		t.Backend.queuedTokens.Add(-t.uncached)
 		if t.caps {

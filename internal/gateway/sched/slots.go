@@ -69,6 +69,20 @@ type slotTracker struct {
 	// ten-small; docs/routing-evaluation.md, "A wait for a slot counted
 	// in full").
 	svc serviceFit
+	// svcTrue is the same line against the uncached tokens the backend
+	// reported in its answers (their cached tokens), where it reports
+	// them: the service time a request had, which the slot hypotheses
+	// are scored against. svc maps the uncached tokens predicted at
+	// dispatch to the time a request will hold its slot, prediction
+	// errors and all: where small caches evict a prefix between the
+	// prediction and the prefill, a "hit" pays a whole prefill, so svc's
+	// line lifts at few uncached tokens (one of 141 tokens at 40 ms where
+	// a cached prompt took 5), every wait behind such a request looked
+	// shorter than it was, and the hypothesis of twice the slots, whose
+	// wait is none, scored best on backends of two (fleet ten-small,
+	// docs/routing-evaluation.md, "Waits scored against what was
+	// served").
+	svcTrue serviceFit
 	// peak is the most requests seen decoding at once: the backend has
 	// at least that many slots.
 	peak int
@@ -432,11 +446,23 @@ const slotWaitAlpha = 0.05
 
 // learnWaits scores each slot hypothesis's wait w (slotTracker.waits,
 // when the request was sent) against the wait the request had: its
-// TTFT less its own service time for u uncached tokens.
-func (s *slotTracker) learnWaits(w *[nSlots]float64, u, ttft float64) {
+// TTFT less its own service time for u uncached tokens. reported: u is
+// what the backend reported it did not have cached (else what was
+// predicted at dispatch); a request that found nothing else in flight
+// (alone) then teaches the reported service line.
+func (s *slotTracker) learnWaits(w *[nSlots]float64, u, ttft float64, reported, alone bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.svc.at(u)
+	fit := &s.svc
+	if reported {
+		if alone {
+			s.svcTrue.learn(u, ttft)
+		}
+		if _, _, ok := s.svcTrue.line(); ok {
+			fit = &s.svcTrue
+		}
+	}
+	v, ok := fit.at(u)
 	if !ok {
 		return
 	}

@@ -588,9 +588,116 @@ func TestSlotWaitHypothesis(t *testing.T) {
 			ws[i] = rng.Float64() * 0.1 / float64(i+1)
 		}
 		u := float64(rng.IntN(2000))
-		s.learnWaits(&ws, u, 0.002+20e-6*u+ws[1])
+		s.learnWaits(&ws, u, 0.002+20e-6*u+ws[1], false, false)
 	}
 	if got := s.slotWait(&w, 0); got != 0.080 {
 		t.Errorf("the two-slot waits came true: %v, want 0.080 (errors %v)", got, s.werr)
+	}
+}
+
+// The slot hypotheses are scored against the wait a request had, its
+// TTFT less the service time it needed: with the uncached tokens its
+// backend reported, where a prediction of a cached prefix that had been
+// evicted would charge a whole prefill to the wait. A quarter of the
+// prompts predicted cached are not; the requests waited the two-slot
+// hypothesis's wait.
+func TestSlotWaitScoredOnReported(t *testing.T) {
+	service := func(u float64) float64 { return 0.002 + 20e-6*u }
+	const predicted = 100.0
+	believed := func(reported bool) int {
+		var s slotTracker
+		rng := rand.New(rand.NewPCG(3, 4))
+		served := func() float64 {
+			if rng.IntN(4) == 0 {
+				return predicted + 1900 // evicted: a whole prefill
+			}
+			return predicted
+		}
+		told := func(u float64) float64 {
+			if reported {
+				return u
+			}
+			return predicted
+		}
+		// Requests alone: the predicted line learns their TTFTs against
+		// the prediction (slotTracker.firstToken), the reported one
+		// against what was served.
+		var none [nSlots]float64
+		for range 40 {
+			u := served()
+			s.svc.learn(predicted, service(u))
+			s.learnWaits(&none, told(u), service(u), reported, true)
+		}
+		w := [nSlots]float64{0.030, 0.008} // four slots and more: none
+		for range 60 {
+			u := served()
+			s.learnWaits(&w, told(u), service(u)+w[1], reported, false)
+		}
+		return slotHypotheses[slices.Index(s.werr[:], slices.Min(s.werr[:]))]
+	}
+	if got := believed(true); got != 2 {
+		t.Errorf("scored with the uncached tokens reported: %d slots believed, want 2", got)
+	}
+	// Scored with the prediction, the evicted prompts' prefills read as
+	// waits far beyond the two slots' and the hits' waits as none: the
+	// failure this guards against, which the scenario must reproduce.
+	if got := believed(false); got == 2 {
+		t.Errorf("scored with the uncached tokens predicted: %d slots believed; the scenario no longer misleads the prediction", got)
+	}
+}
+
+// A ticket scores its backend's slot hypotheses once: when the backend
+// reports its cached tokens after the first token (OpenAI's usage, at
+// the end), at the first token when it reported them before (Anthropic's
+// message_start), and at End, with the tokens predicted, when it never
+// does.
+func TestTicketScoresWaitsOnReport(t *testing.T) {
+	clk := newClock()
+	bs := backends("a")
+	a := bs[0]
+	s := mustNew(t, LeastOutstanding, clk, bs)
+	scored := func() (int, float64, float64) {
+		a.slots.mu.Lock()
+		defer a.slots.mu.Unlock()
+		return a.slots.nw, a.slots.svcTrue.w, a.slots.svcTrue.u
+	}
+	pick := func() *Ticket {
+		tk, err := s.Pick(&Request{Model: "m", API: "openai", PromptTokens: 400})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.add(10 * time.Millisecond)
+		return tk
+	}
+	tk := pick()
+	tk.FirstToken()
+	if n, _, _ := scored(); n != 0 {
+		t.Fatalf("scored at the first token, before the backend reported: %d", n)
+	}
+	tk.ObserveCached(300, 400)
+	if n, w, u := scored(); n != 1 || w != 1 || u != 100 {
+		t.Fatalf("after the report: %d scored, reported line of weight %v at %v uncached tokens; want 1, 1, 100", n, w, u)
+	}
+	tk.End(OutcomeOK)
+	if n, _, _ := scored(); n != 1 {
+		t.Fatalf("scored again at End: %d", n)
+	}
+
+	tk = pick()
+	tk.ObserveCached(0, 400)
+	tk.FirstToken()
+	if n, _, u := scored(); n != 2 || u <= 100 {
+		t.Fatalf("reported before the first token: %d scored (want 2), reported line's uncached sum %v (want the 400 added)", n, u)
+	}
+	tk.End(OutcomeOK)
+
+	tk = pick()
+	tk.FirstToken()
+	if n, _, _ := scored(); n != 2 {
+		t.Fatalf("scored before End without a report: %d", n)
+	}
+	tk.End(OutcomeOK)
+	if n, w, _ := scored(); n != 3 || w >= 2 {
+		t.Fatalf("never reported: %d scored (want 3), reported line's weight %v (want it untaught)", n, w)
 	}
 }
