@@ -86,6 +86,22 @@ func TestLiveOllama(t *testing.T) {
 	}
 }
 
+// startReset starts insts' engines, stopped when the test ends, and
+// readies them for a run; it returns their base URLs.
+func startReset(ctx context.Context, t *testing.T, bin string, insts []OllamaInstance) (*ollamaFleet, []string) {
+	t.Helper()
+	e, err := startOllama(ctx, bin, t.TempDir(), insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	urls, err := e.Reset(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, urls
+}
+
 // TestOllamaFleetCosts measures what the Ollama fleets' design rests on,
 // one request at a time on one fast and one slow instance (the models
 // OllamaFleets gives them): the TTFT of a prompt of the fleets' workload
@@ -106,15 +122,7 @@ func TestOllamaFleetCosts(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	e, err := startOllama(ctx, bin, t.TempDir(), insts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	urls, err := e.Reset(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, urls := startReset(ctx, t, bin, insts)
 	w := f.Workload
 	rng := rand.New(rand.NewPCG(7, 7))
 	const groups, perGroup = 5, 3
@@ -179,15 +187,7 @@ func TestOllamaAnswersRunToBudget(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e, err := startOllama(ctx, bin, t.TempDir(), f.Ollama[:1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	urls, err := e.Reset(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, urls := startReset(ctx, t, bin, f.Ollama[:1])
 	rng := rand.New(rand.NewPCG(3, 3))
 	prefix := words(rng, w.PrefixChars)
 	for _, budget := range []int{w.OutputTokens, w.OutputTokensMax} {
