@@ -450,7 +450,9 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 // evidence of what its cache holds, which the cache-capacity model
 // scores each candidate's prediction against (capacityModel.
 // observeCached). Backends that publish no metrics are learnt this way
-// too, not only from TTFTs, once 16 answers have reported.
+// too, not only from TTFTs, once 16 answers have reported. The first
+// report also gives the slot hypotheses the prefill this request was
+// served (scoreWaits).
 func (t *Ticket) ObserveCached(cached, prompt int) {
 	if prompt <= 0 || cached < 0 || cached > prompt {
 		return
