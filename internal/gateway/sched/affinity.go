@@ -194,11 +194,13 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	}
 	// Spill to the backend predicted to meet the SLO (and, when leaving
 	// a slow home, at least spillSlower times faster) that holds the most
-	// of the prompt, then the fastest: a group that spills again goes
+	// of the prompt, then the fastest counting its wait for a slot (the
+	// price it was admitted at: the prediction alone chose full backends
+	// beside free ones priced lower, fleet ten-small): a group that spills again goes
 	// back to its second home instead of evicting a third backend's
 	// prefixes. Only within the destination's reach (withinReach): a
 	// prediction for a queue deeper than any it was shown does not count.
-	to := -1
+	to, toMean := -1, time.Duration(0)
 	for i := range cands {
 		c := &cands[i]
 		if i == aff || c.meetP < need || (slower && float64(a.pred.Mean) <= spillSlower*float64(c.pred.Mean)) || !c.b.withinReach() {
@@ -228,8 +230,8 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		if slower && a.meetP >= spillBelow && scores[aff] >= 0.5 && scores[i] == 0 && c.b.caps.fill(len(cy.req.Blocks)) > fillLimit {
 			continue
 		}
-		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < cands[to].pred.Mean) {
-			to = i
+		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && dest < toMean) {
+			to, toMean = i, dest
 		}
 	}
 	if to >= 0 {
@@ -241,8 +243,9 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 // queuedSpill is where a request goes whose home has more requests in
 // flight than it has slots, so that it would wait there for one to
 // finish: the candidate predicted to meet the SLO on average, holding
-// the most of the prompt, then fastest, whose predicted TTFT is
-// missFaster times below the home's; -1 to stay.
+// the most of the prompt, then fastest (each priced with its own wait
+// for a slot), whose predicted TTFT is missFaster times below the
+// home's; -1 to stay.
 //
 // The slots and the wait come from the queue-aware model admission
 // decides by (queueBound: slots believed from the TTFTs, the wait for
@@ -284,7 +287,7 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		return -1
 	}
 	home := max(a.pred.Mean, qa.Mean, a.pred.Mean+secs(a.b.slots.slotWait(&a.feat.Waits, qa.slot)))
-	to := -1
+	to, toMean := -1, time.Duration(0)
 	for i := range cands {
 		c := &cands[i]
 		if i == aff || !c.pred.Ready || !c.b.withinReach() {
@@ -294,8 +297,8 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		if slo > 0 && dest > slo || float64(home) <= missFaster*float64(dest) {
 			continue
 		}
-		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && c.pred.Mean < cands[to].pred.Mean) {
-			to = i
+		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && dest < toMean) {
+			to, toMean = i, dest
 		}
 	}
 	return to

@@ -596,23 +596,27 @@ func TestSLOAffinityQueuedHomeSlotWait(t *testing.T) {
 // the one predicted fastest whose slots are all held by answers just
 // begun (a wait of about 70 ms against a 60 ms SLO), but to the free one
 // beside it. When those answers are nearly done, the fastest takes it.
+// Under a generous SLO, where both would meet it and the home is only
+// too slow, the free one still wins, priced with the full one's wait.
 func TestSLOAffinitySpillDestinationSlotWait(t *testing.T) {
 	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	for _, tt := range []struct {
 		name string
 		age  time.Duration // how long the full backend's answers have run (of 100 ms)
+		slo  time.Duration
 		want string
 	}{
-		{"answers just begun: the free backend", ms(30), "free"},
-		{"answers nearly done: the fastest", ms(97), "full"},
+		{"answers just begun: the free backend", ms(30), ms(60), "free"},
+		{"answers nearly done: the fastest", ms(97), ms(60), "full"},
+		{"a generous SLO: the free backend, priced lower", ms(30), ms(500), "free"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bs := backends("home", "full", "free")
 			rng := rand.New(rand.NewPCG(5, 6))
 			trainSlots(bs[0], 300, 0.100, 2e-5, 0.001, rng)
 			trainSlots(bs[1], 300, 0.004, 1e-5, 0.001, rng)
-			trainSlots(bs[2], 300, 0.008, 1e-5, 0.001, rng)
+			trainSlots(bs[2], 300, 0.014, 1e-5, 0.001, rng)
 			for _, b := range bs {
 				b.noteReach(8)
 			}
@@ -620,7 +624,7 @@ func TestSLOAffinitySpillDestinationSlotWait(t *testing.T) {
 			fillTracker(&bs[1].slots, clk.now(), ms(100), ms(5), []time.Duration{tt.age, tt.age - ms(1), tt.age - ms(2), tt.age - ms(3)}, nil)
 			bs[1].inFlight.Add(4)
 			bs[0].Prefix().Insert(prompt)
-			tk := pickPrompt(t, bs, clk.now, prompt, 60*time.Millisecond)
+			tk := pickPrompt(t, bs, clk.now, prompt, tt.slo)
 			if tk.Backend.Name() != tt.want || tk.Reason != ReasonHeadroom {
 				var w [nSlots]float64
 				bs[1].slots.waits(clk.now(), &w)
