@@ -41,6 +41,16 @@ type Workload struct {
 	// answers end where they end (at EOS, in an engine), so how long a
 	// slot stays held is not the same for every request.
 	OutputTokensMax int
+	// Sessions, when positive, makes the traffic conversations: that many
+	// are open at once and each request is the next turn of one drawn
+	// at random. A turn's prompt is its group's system prompt, every
+	// earlier turn of the conversation (the user's message and an answer
+	// as long as that turn's token budget) and a new message, so what a
+	// backend has cached is one conversation's history, not a tenant's
+	// prefix. A conversation ends after TurnsMin to TurnsMax turns and a
+	// new one takes its place. LongShare does not apply.
+	Sessions           int
+	TurnsMin, TurnsMax int
 	// Warmup requests (not scored) and scored Requests.
 	Warmup, Requests int
 	// Closed loop of Concurrency, or open loop at Rate req/s from

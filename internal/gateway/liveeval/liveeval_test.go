@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/ttft-dev/ttft/internal/gateway/sched"
+	"github.com/ttft-dev/ttft/internal/workload"
 )
 
 // TestLiveTargets is the suite's short version, for CI: two stand-in
@@ -207,5 +209,75 @@ func TestAnswerLengthsAndGroupLabels(t *testing.T) {
 	}
 	if len(labels) != w.Groups {
 		t.Errorf("%d distinct group labels for %d groups", len(labels), w.Groups)
+	}
+}
+
+// TestConversations: with Sessions, each request is the next turn of
+// one conversation: its prompt holds the conversation's previous prompt
+// and an answer before the new message, a conversation lasts TurnsMin to
+// TurnsMax turns, at most Sessions are open at once, and one seed gives
+// one sequence.
+func TestConversations(t *testing.T) {
+	w := baseWorkload()
+	w.Groups, w.PrefixChars, w.Sessions, w.TurnsMin, w.TurnsMax = 4, 2048, 12, 2, 6
+	w.OutputTokens, w.OutputTokensMax = 8, 32
+	s, again := newSource(w, 11), newSource(w, 11)
+	prev := map[string]*workload.Request{}
+	turns := map[string]int{}
+	for i := range 2000 {
+		r, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, _ := again.Next(context.Background())
+		if len(r2.Messages) != len(r.Messages) || r2.Messages[len(r2.Messages)-1].Content != r.Messages[len(r.Messages)-1].Content {
+			t.Fatalf("request %d: same seed, different turn", i)
+		}
+		if r.Session == "" || r.Turn != (len(r.Messages)-1+1)/2 {
+			t.Fatalf("request %d: session %q turn %d with %d messages", i, r.Session, r.Turn, len(r.Messages))
+		}
+		if r.Messages[0].Role != "system" || r.Messages[len(r.Messages)-1].Role != "user" {
+			t.Fatalf("request %d: roles %s … %s", i, r.Messages[0].Role, r.Messages[len(r.Messages)-1].Role)
+		}
+		if p, ok := prev[r.Session]; ok {
+			if r.Turn != p.Turn+1 || len(r.Messages) != len(p.Messages)+2 {
+				t.Fatalf("request %d: turn %d after turn %d of %s", i, r.Turn, p.Turn, r.Session)
+			}
+			for j, m := range p.Messages {
+				if r.Messages[j] != m {
+					t.Fatalf("request %d: message %d differs from the turn before", i, j)
+				}
+			}
+			ans := r.Messages[len(p.Messages)]
+			if ans.Role != "assistant" || len(ans.Content) != 4*p.MaxTokens {
+				t.Fatalf("request %d: the answer carried is %s of %d chars, want assistant of %d", i, ans.Role, len(ans.Content), 4*p.MaxTokens)
+			}
+		} else if r.Turn != 1 {
+			t.Fatalf("request %d: %s starts at turn %d", i, r.Session, r.Turn)
+		}
+		chars := 0
+		for _, m := range r.Messages {
+			chars += len(m.Content)
+		}
+		if r.PromptTokens != chars/4 {
+			t.Fatalf("PromptTokens %d, want %d", r.PromptTokens, chars/4)
+		}
+		prev[r.Session] = r
+		turns[r.Session] = r.Turn
+	}
+	if len(s.sessions) != w.Sessions {
+		t.Fatalf("%d conversations open, want %d", len(s.sessions), w.Sessions)
+	}
+	stillOpen := map[string]bool{}
+	for _, c := range s.sessions {
+		stillOpen["s"+strconv.Itoa(c.id)] = true
+	}
+	for id, n := range turns {
+		if n > w.TurnsMax || (n < w.TurnsMin && !stillOpen[id]) {
+			t.Errorf("%s ran %d turns, want %d–%d", id, n, w.TurnsMin, w.TurnsMax)
+		}
+	}
+	if len(turns) < 2000/w.TurnsMax || len(turns) > 2000/w.TurnsMin+w.Sessions {
+		t.Errorf("%d conversations in 2000 turns of %d–%d", len(turns), w.TurnsMin, w.TurnsMax)
 	}
 }

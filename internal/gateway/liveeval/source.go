@@ -20,6 +20,18 @@ type source struct {
 	// sequences stay what they were).
 	cum []float64
 	i   int
+	// sessions are the open conversations when w.Sessions > 0.
+	sessions []*conversation
+	opened   int
+}
+
+// conversation is one multi-turn chat: its group, the turns so far and
+// how many are left.
+type conversation struct {
+	id      int
+	group   int
+	left    int
+	history []workload.Message
 }
 
 func newSource(w Workload, seed uint64) *source {
@@ -61,6 +73,9 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 	i := s.i
 	s.i++
 	rng := rand.New(rand.NewPCG(s.seed, uint64(i)+1))
+	if s.w.Sessions > 0 {
+		return s.nextTurn(rng), nil
+	}
 	var g int
 	if s.cum != nil {
 		g = workload.PickCDF(s.cum, rng.Float64())
@@ -86,6 +101,59 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 		MaxTokens:    out,
 		Group:        groupLabel(g),
 	}, nil
+}
+
+// group draws a group by the workload's popularity.
+func (s *source) group(rng *rand.Rand) int {
+	if s.cum != nil {
+		return workload.PickCDF(s.cum, rng.Float64())
+	}
+	return rng.IntN(s.w.Groups)
+}
+
+// nextTurn is the next turn of a conversation drawn from the open ones;
+// one that has ended is replaced first.
+func (s *source) nextTurn(rng *rand.Rand) *workload.Request {
+	if s.sessions == nil {
+		s.sessions = make([]*conversation, s.w.Sessions)
+	}
+	k := rng.IntN(len(s.sessions))
+	c := s.sessions[k]
+	if c == nil || c.left == 0 {
+		turns := max(s.w.TurnsMin, 1)
+		if s.w.TurnsMax > turns {
+			turns += rng.IntN(s.w.TurnsMax - turns + 1)
+		}
+		c = &conversation{id: s.opened, group: s.group(rng), left: turns}
+		s.opened++
+		s.sessions[k] = c
+	}
+	n := s.w.SuffixMin + rng.IntN(s.w.SuffixMax-s.w.SuffixMin+1)
+	out := s.w.OutputTokens
+	if s.w.OutputTokensMax > out {
+		out += rng.IntN(s.w.OutputTokensMax - out + 1)
+	}
+	user := workload.Message{Role: "user", Content: words(rng, n)}
+	msgs := make([]workload.Message, 0, len(c.history)+2)
+	msgs = append(msgs, workload.Message{Role: "system", Content: s.prefixes[c.group]})
+	msgs = append(msgs, c.history...)
+	msgs = append(msgs, user)
+	chars := 0
+	for _, m := range msgs {
+		chars += len(m.Content)
+	}
+	// The answer the next turn carries stands for what the model said:
+	// about four characters a token of the turn's budget.
+	c.history = append(c.history, user, workload.Message{Role: "assistant", Content: words(rng, 4*out)})
+	c.left--
+	return &workload.Request{
+		Messages:     msgs,
+		PromptTokens: chars / 4,
+		MaxTokens:    out,
+		Group:        groupLabel(c.group),
+		Session:      "s" + strconv.Itoa(c.id),
+		Turn:         len(c.history) / 2,
+	}
 }
 
 // groupLabel names prompt group g: A to Z, then A1 to Z1, and so on.

@@ -229,6 +229,57 @@ func unseenFleets5() []Fleet {
 	}
 }
 
+// unseenFleets6 is a sixth set, written on 2026-12-06 (fourth session)
+// with the stand-in's two new parts (prefills sharing one processor, a
+// backend behind a network round trip) and the source's conversations,
+// and committed before any run of it. The sets before hold three things
+// fixed that a user's fleet need not: what is reused is a tenant's
+// prefix (here: each chat's own growing history), a request's prefill
+// runs at full speed however many run beside it (here: an engine
+// batching prefills into shared GPU steps, with slots to spare), and
+// every backend is equally near (here: fast replicas in another zone).
+func unseenFleets6() []Fleet {
+	sb := standinBase
+	wl := baseWorkload()
+	chat := wl
+	chat.Groups, chat.PrefixChars, chat.Sessions, chat.TurnsMin, chat.TurnsMax = 8, 1024, 48, 3, 8
+	chat.OutputTokens, chat.OutputTokensMax = 8, 32
+	shared := func(c standin.Config, slots int) standin.Config {
+		c.Slots, c.SharedPrefill = slots, true
+		return c
+	}
+	far := func(c standin.Config, rtt time.Duration) standin.Config {
+		c.Network = rtt
+		return c
+	}
+	busy := wl
+	busy.Concurrency = 16
+	open := wl
+	open.Groups, open.PrefixChars, open.Sessions, open.TurnsMin, open.TurnsMax = 6, 2048, 64, 2, 10
+	open.OutputTokens, open.OutputTokensMax = 8, 48
+	open.Concurrency, open.Rate, open.Arrival = 64, 100, "poisson"
+	pair := wl
+	pair.Groups, pair.PrefixChars, pair.Sessions, pair.TurnsMin, pair.TurnsMax = 4, 1024, 24, 4, 12
+	pair.OutputTokens, pair.Concurrency = 16, 8
+	return []Fleet{
+		{Name: "chat-sessions", About: "4 stand-ins (two 2×) of 160 blocks; 48 open conversations of 3–8 turns over 8 system prompts of 1 KiB, answers of 8–32 tokens, concurrency 12",
+			StandIns: []standin.Config{sb("fast-a", 160, 2), sb("fast-b", 160, 2), sb("slow-a", 160, 1), sb("slow-b", 160, 1)},
+			Workload: chat, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "shared-prefill", About: "4 stand-ins (two 2×) of 16 slots whose prefills share one processor, 96 blocks; concurrency 16",
+			StandIns: []standin.Config{shared(sb("fast-a", 96, 2), 16), shared(sb("fast-b", 96, 2), 16), shared(sb("slow-a", 96, 1), 16), shared(sb("slow-b", 96, 1), 16)},
+			Workload: busy, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "remote-fast", About: "two 2× stand-ins 25 ms away beside two 1× near ones, 128 blocks",
+			StandIns: []standin.Config{far(sb("far-a", 128, 2), 25*time.Millisecond), far(sb("far-b", 128, 2), 25*time.Millisecond), sb("near-a", 128, 1), sb("near-b", 128, 1)},
+			Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "sessions-shared-poisson", About: "5 stand-ins (2×, 1.5×, 1×, 1×, 0.75×) of 8 slots sharing their prefills, 128 blocks; 64 conversations of 2–10 turns, Poisson 100 req/s, answers of 8–48 tokens",
+			StandIns: []standin.Config{shared(sb("a", 128, 2), 8), shared(sb("b", 128, 1.5), 8), shared(sb("c", 128, 1), 8), shared(sb("d", 128, 1), 8), shared(sb("e", 128, 0.75), 8)},
+			Workload: open, SLO: 80 * time.Millisecond, CacheMatters: true},
+		{Name: "remote-sessions-two", About: "a near 1× stand-in of 8 slots and 256 blocks beside a 3× one 15 ms away of 4 slots and 96; 24 conversations of 4–12 turns, concurrency 8",
+			StandIns: []standin.Config{withSlots(sb("near", 256, 1), 8), withSlots(far(sb("far", 96, 3), 15*time.Millisecond), 4)},
+			Workload: pair, SLO: 60 * time.Millisecond, CacheMatters: true},
+	}
+}
+
 // withSlots is c with n slots.
 func withSlots(c standin.Config, n int) standin.Config {
 	c.Slots = n
@@ -243,8 +294,7 @@ func withSlots(c standin.Config, n int) standin.Config {
 //
 //	LIVEEVAL_UNSEEN=6 go test ./internal/gateway/liveeval -run TestUnseenFleets -v -timeout 30m
 //
-// LIVEEVAL_UNSEEN_SET=2, 3, 4 or 5 runs the second, third, fourth or
-// fifth set instead.
+// LIVEEVAL_UNSEEN_SET=2 to 6 runs the second to sixth set instead.
 // LIVEEVAL_UNSEEN_FLEETS and LIVEEVAL_UNSEEN_POLICIES (comma-separated)
 // run fewer, for comparing two builds side by side; the verdicts then
 // compare the default with the single signals among those run.
@@ -271,8 +321,10 @@ func TestUnseenFleets(t *testing.T) {
 		fleets = unseenFleets4()
 	case "5":
 		fleets = unseenFleets5()
+	case "6":
+		fleets = unseenFleets6()
 	default:
-		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1, 2, 3, 4 or 5", v)
+		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1 to 6", v)
 	}
 	if v := os.Getenv("LIVEEVAL_UNSEEN_FLEETS"); v != "" {
 		want := strings.Split(v, ",")

@@ -47,6 +47,17 @@ type Config struct {
 	DriftFactor float64
 	// NoMetrics turns /metrics off (an engine that publishes nothing).
 	NoMetrics bool
+	// SharedPrefill makes the requests in prefill share one processor:
+	// with n of them prefilling at once each advances at 1/n of its
+	// speed, as an engine batching prefills into the same GPU steps
+	// does, where independent slots would run them side by side at full
+	// speed. Slots then bounds how many requests run, not how fast.
+	SharedPrefill bool
+	// Network is a round trip between the gateway and this backend (a
+	// replica in another zone): each chat request reaches the server
+	// that much later. The server's records (Served) start when it
+	// arrives, so they do not count it; a client's TTFT does.
+	Network time.Duration
 }
 
 // WithDefaults is c with its zero fields at their defaults, as Start
@@ -133,7 +144,8 @@ type Server struct {
 	running int
 	queue   []chan struct{} // FIFO of requests waiting for a slot
 	stats   Stats
-	served  []Served // every request that got its first token, in that order
+	served  []Served         // every request that got its first token, in that order
+	prefill *sharedProcessor // nil unless SharedPrefill
 }
 
 // Start listens on a loopback port and serves cfg's model until ctx ends
@@ -147,6 +159,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), origin: time.Now()}
 	if cfg.CacheBlocks > 0 {
 		s.cache = lru.NewSet[uint64](cfg.CacheBlocks)
+	}
+	if cfg.SharedPrefill {
+		s.prefill = newSharedProcessor()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
@@ -357,6 +372,9 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	if !sleep(r.Context(), s.cfg.Network) {
+		return
+	}
 	arrived := time.Now()
 	var req chatRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
@@ -393,7 +411,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	hit := s.lookup(p)
 	f := s.factor()
 	prefill := time.Duration(f * (float64(s.cfg.Overhead) + float64(s.cfg.PrefillPerKChar)*float64(len(p)-hit)/1000))
-	if !sleep(ctx, prefill) {
+	if s.prefill != nil {
+		// The overhead is the request's own (parsing, scheduling); only
+		// the prefill's compute is shared.
+		own := time.Duration(f * float64(s.cfg.Overhead))
+		if !sleep(ctx, own) || !s.prefill.run(ctx, prefill-own) {
+			return
+		}
+		// Late is judged against the time the processor's sharing
+		// allowed, not against the request alone.
+		prefill = time.Since(slot)
+	} else if !sleep(ctx, prefill) {
 		return
 	}
 	promptTokens := len(p) / 4

@@ -140,6 +140,40 @@ func TestLatencyModel(t *testing.T) {
 				t.Errorf("speed 2: %v (want ≈ 80 ms); after 4× drift: %v (want ≥ 3× that)", fast, slow)
 			}
 		}},
+		{"shared prefill slows each by the others", func(t *testing.T) {
+			c := base
+			c.CacheBlocks, c.SharedPrefill = 0, true
+			s := start(t, c)
+			alone, _ := ttft(t, s.URL(), sys, "x", 1)
+			var wg sync.WaitGroup
+			ds := make([]time.Duration, 3)
+			for i := range ds {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ds[i], _ = ttft(t, s.URL(), sys, "x", 1)
+				}()
+			}
+			wg.Wait()
+			// Three prefills of 80 ms on one processor end together
+			// near 240 ms; on slots they would end near 80.
+			fastest := min(ds[0], ds[1], ds[2])
+			if alone > 130*time.Millisecond || fastest < 180*time.Millisecond {
+				t.Errorf("alone %v (want ≈ 80 ms); three at once: fastest %v, want ≥ 180 ms (≈ 240)", alone, fastest)
+			}
+		}},
+		{"network delay", func(t *testing.T) {
+			c := base
+			c.CacheBlocks, c.PrefillPerKChar, c.Network = 0, 0, 60*time.Millisecond
+			s := start(t, c)
+			d, _ := ttft(t, s.URL(), "short", "x", 1)
+			if d < 60*time.Millisecond {
+				t.Errorf("TTFT %v with a 60 ms round trip, want ≥ 60 ms", d)
+			}
+			if sv := s.Served(); len(sv) != 1 || sv[0].TTFT > 40*time.Millisecond {
+				t.Errorf("served %+v: the server's own TTFT should not count the network", sv)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, tt.run)
