@@ -175,6 +175,9 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	if to := queuedSpill(cands, aff, scores, cy.req.SLO); to >= 0 {
 		return to, ReasonHeadroom
 	}
+	if to := evictedHome(cands, aff, cy.req.SLO, len(cy.req.Blocks)); to >= 0 {
+		return to, ReasonPrefixHit
+	}
 	if a.meetP >= spillBelow && !slower {
 		return aff, stayReason(a, scores[aff])
 	}
@@ -298,6 +301,49 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 			continue
 		}
 		if to < 0 || scores[i] > scores[to] || (scores[i] == scores[to] && dest < toMean) {
+			to, toMean = i, dest
+		}
+	}
+	return to
+}
+
+// evictedHome is where a request goes whose home (the backend whose
+// prefix index holds most of the prompt) is believed, by the cache
+// capacity learnt for it, to have evicted most of the prompt, while
+// another backend's learnt capacity still holds at least half of it:
+// the candidate holding the most, then the fastest, among those
+// predicted faster than the home and within the SLO on average, each
+// priced with its wait for a slot (queuedMean); -1 to stay.
+//
+// The index remembers every block it sent, so a group that moved and
+// came back, or spilled once, is credited to backends whose caches have
+// since dropped it, and the home was chosen by that credit. Staying there
+// buys nothing the affinity is for: the prompt is prefilled in full and
+// evicts a resident group. Going where it is still held costs no
+// eviction and keeps that copy warm. Fleet remote-fast (two 2× backends
+// 25 ms away beside two near ones): the near homes' caches, overfilled
+// with groups that the fast-backend rule had moved there, were predicted
+// to miss (≈ 50 ms) and kept their requests, under the SLO and less than
+// spillSlower times the far copies' 29 ms; those misses were the P99,
+// 1.55× prefix affinity's (docs/routing-evaluation.md, "A sixth
+// held-out set").
+func evictedHome(cands []Candidate, aff int, slo time.Duration, blocks int) int {
+	a := &cands[aff]
+	if blocks == 0 || 2*a.effective >= blocks || !a.pred.Ready {
+		return -1
+	}
+	home := queuedMean(a)
+	to, toMean := -1, time.Duration(0)
+	for i := range cands {
+		c := &cands[i]
+		if i == aff || 2*c.effective < blocks || !c.pred.Ready || !c.b.withinReach() {
+			continue
+		}
+		dest := queuedMean(c)
+		if dest >= home || (slo > 0 && dest > slo) {
+			continue
+		}
+		if to < 0 || c.effective > cands[to].effective || (c.effective == cands[to].effective && dest < toMean) {
 			to, toMean = i, dest
 		}
 	}

@@ -633,3 +633,52 @@ func TestSLOAffinitySpillDestinationSlotWait(t *testing.T) {
 		})
 	}
 }
+
+// A request whose home's learnt cache capacity has evicted its prompt,
+// while another backend's still holds most of it, goes there when that is
+// predicted faster (fleet remote-fast: homes predicted to miss at ≈ 50 ms
+// kept their requests beside far copies at 29, docs/routing-evaluation.md);
+// it stays where the home still holds it, or where the backend holding it
+// is predicted slower.
+func TestSLOAffinityEvictedHome(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	for _, tt := range []struct {
+		name           string
+		homeEvicted    bool
+		holderInFlight int64
+		want           string
+		reason         string
+	}{
+		{"home evicted: the backend holding it", true, 0, "holder", ReasonPrefixHit},
+		{"home still holds it", false, 0, "home", ReasonPrefixHit},
+		{"the holder predicted slower", true, 7, "home", ReasonPrefixHit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "holder", "cold")
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, b := range bs {
+				trainSlots(b, 300, 0.020, 2e-5, 0.004, rng)
+				b.noteReach(8)
+				b.caps.active.Store(0)
+			}
+			home, holder := bs[0], bs[1]
+			home.Prefix().Insert(prompt)
+			home.caps.insert(prompt)
+			if tt.homeEvicted {
+				var other []uint64
+				for i := range 2 * capacityHypotheses[0] {
+					other = append(other, uint64(i)*0x9e3779b97f4a7c15+1)
+				}
+				home.caps.insert(other)
+			}
+			holder.Prefix().Insert(prompt[:20])
+			holder.caps.insert(prompt[:20])
+			holder.inFlight.Add(tt.holderInFlight)
+			clk := newClock()
+			tk := pickPrompt(t, bs, clk.now, prompt, 60*time.Millisecond)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s, predicted %v), want %s (%s)", tk.Backend.Name(), tk.Reason, tk.Prediction.Mean, tt.want, tt.reason)
+			}
+		})
+	}
+}

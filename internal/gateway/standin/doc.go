@@ -10,7 +10,11 @@
 // per uncached kilo-character, a decode cost per output token, a speed
 // factor, and an optional drift (all costs multiplied from a given time
 // on). A request holds its slot from prefill to its last token, so long
-// answers and queues both show in time to first token.
+// answers and queues both show in time to first token. Two options break
+// the slots' independence and the fleet's nearness: prefills that share
+// one processor (n prefilling at once each run at 1/n speed, as prefills
+// batched into one GPU's steps do) and a network round trip in front of
+// the server (a replica in another zone).
 //
 // Each request that gets its first token is recorded (Server.Served): its
 // X-Request-Id, its wait for a slot and its TTFT as the server paid it, so
