@@ -42,6 +42,7 @@ const (
 	eventFree
 	eventDone
 )
+
 type schedHeap []schedEvent
 
 func (h schedHeap) Len() int { return len(h) }
