@@ -67,6 +67,21 @@ func start(t *testing.T, cfg Config) *Server {
 	return s
 }
 
+// together sends n requests of prompt at once and returns their TTFTs.
+func together(t *testing.T, url, prompt string, n int) []time.Duration {
+	var wg sync.WaitGroup
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds[i], _ = ttft(t, url, prompt, "x", 1)
+		}()
+	}
+	wg.Wait()
+	return ds
+}
+
 // TestLatencyModel checks each part of the model over real HTTP: a
 // cached prefix is cheaper, a cache smaller than the working set forgets,
 // slots queue, speed and drift scale the cost.
@@ -113,16 +128,7 @@ func TestLatencyModel(t *testing.T) {
 			c := base
 			c.Slots, c.CacheBlocks = 1, 0
 			s := start(t, c)
-			var wg sync.WaitGroup
-			ds := make([]time.Duration, 3)
-			for i := range ds {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ds[i], _ = ttft(t, s.URL(), sys, "x", 1)
-				}()
-			}
-			wg.Wait()
+			ds := together(t, s.URL(), sys, 3)
 			slowest := max(ds[0], ds[1], ds[2])
 			if slowest < 220*time.Millisecond {
 				t.Errorf("three requests on one slot: slowest TTFT %v, want ≥ 3×80 ms less slack", slowest)
@@ -145,16 +151,7 @@ func TestLatencyModel(t *testing.T) {
 			c.CacheBlocks, c.SharedPrefill = 0, true
 			s := start(t, c)
 			alone, _ := ttft(t, s.URL(), sys, "x", 1)
-			var wg sync.WaitGroup
-			ds := make([]time.Duration, 3)
-			for i := range ds {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ds[i], _ = ttft(t, s.URL(), sys, "x", 1)
-				}()
-			}
-			wg.Wait()
+			ds := together(t, s.URL(), sys, 3)
 			// Three prefills of 80 ms on one processor end together
 			// near 240 ms; on slots they would end near 80.
 			fastest := min(ds[0], ds[1], ds[2])
