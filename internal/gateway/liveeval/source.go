@@ -76,12 +76,7 @@ func (s *source) Next(ctx context.Context) (*workload.Request, error) {
 	if s.w.Sessions > 0 {
 		return s.nextTurn(rng), nil
 	}
-	var g int
-	if s.cum != nil {
-		g = workload.PickCDF(s.cum, rng.Float64())
-	} else {
-		g = rng.IntN(s.w.Groups)
-	}
+	g := s.group(rng)
 	n := s.w.SuffixMin + rng.IntN(s.w.SuffixMax-s.w.SuffixMin+1)
 	if s.w.LongShare > 0 && rng.Float64() < s.w.LongShare {
 		n = s.w.LongChars
