@@ -81,6 +81,9 @@ type Backend struct {
 	// Attainment as an exponentially weighted average, for the sla score.
 	attain float64
 	nSLO   int
+	// missAt is when the last violation the demotion counted got its
+	// first token (reportSLO).
+	missAt time.Time
 }
 
 // Breaker and SLO tracker tuning.
@@ -223,8 +226,22 @@ func (b *Backend) releaseTrial(trial, probe bool) {
 	}
 }
 
-// reportSLO feeds the SLO tracker with one request that had a TTFT target.
-func (b *Backend) reportSLO(now time.Time, met, probe bool) {
+// reportSLO feeds the SLO tracker with one request, dispatched at start,
+// that had a TTFT target.
+//
+// With episodes (a policy that routes by predictions: Ticket.sloVerdict),
+// a violation by a request that was already in flight when the last
+// counted one got its first token is the same episode: it counts against
+// the attainment but not again toward demotion. Requests that wait
+// together miss together — a burst of full prefills sharing one
+// processor, a pause of the host — and three such misses within 4 ms
+// demoted a stand-in twice as fast as the others for the rest of a run
+// (fleet shared-prefill, docs/routing-evaluation.md). A backend that is
+// slow for good still misses with requests sent after each counted
+// miss, one episode per TTFT. A probe's verdict always counts: it is
+// the one request of its episode. Other policies have no signal but
+// demotion to take a slow backend out, so each violation stays one.
+func (b *Backend) reportSLO(now, start time.Time, met, probe, episodes bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	v := 0.0
@@ -233,6 +250,12 @@ func (b *Backend) reportSLO(now time.Time, met, probe bool) {
 	}
 	b.attain += 0.05 * (v - b.attain)
 	b.nSLO++
+	if !met {
+		if episodes && !probe && start.Before(b.missAt) {
+			return
+		}
+		b.missAt = now
+	}
 	b.demotion.report(now, met, probe, demotePolicy)
 }
 

@@ -126,3 +126,69 @@ func TestSLODemotionForeseen(t *testing.T) {
 		})
 	}
 }
+
+// Under a policy that routes by predictions, unforeseen violations by
+// requests that were in flight together are one episode toward demotion:
+// three that waited side by side do not demote, while a backend that
+// keeps missing with requests sent after each counted miss is demoted
+// after demoteAfter episodes. Other policies count each violation.
+func TestSLODemotionEpisodes(t *testing.T) {
+	slo := 100 * time.Millisecond
+	for _, tt := range []struct {
+		policy string
+		// episodes: how many more episodes of one request, after the
+		// one of demoteAfter requests together, demote.
+		episodes int
+	}{
+		{SLOPredictive, demoteAfter - 1},
+		{RoundRobin, 0},
+	} {
+		t.Run(tt.policy, func(t *testing.T) {
+			clk := newClock()
+			bs := backends("a")
+			// Learnt at 20 ms + 20 µs per token: each violation below
+			// is unforeseen.
+			train(bs[0], 200, 0.02, 2e-5, rand.New(rand.NewPCG(5, 6)))
+			s := mustNew(t, tt.policy, clk, bs)
+			pick := func() *Ticket {
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 1000, SLO: slo})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tk
+			}
+			together := make([]*Ticket, demoteAfter)
+			for i := range together {
+				together[i] = pick()
+			}
+			clk.add(2 * slo)
+			for _, tk := range together {
+				tk.FirstToken()
+				tk.End(OutcomeOK)
+			}
+			want := SLODemoted
+			if tt.episodes > 0 {
+				want = SLOOK
+			}
+			if st := bs[0].SLOState(clk.now()); st != want {
+				t.Fatalf("after %d violations in flight together: SLO state %d, want %d", demoteAfter, st, want)
+			}
+			if a := bs[0].attainment(); a > 0.9 {
+				t.Errorf("attainment %.3f: each violation should count against it", a)
+			}
+			for i := range tt.episodes {
+				tk := pick()
+				clk.add(2 * slo)
+				tk.FirstToken()
+				tk.End(OutcomeOK)
+				want := SLOOK
+				if i == tt.episodes-1 {
+					want = SLODemoted
+				}
+				if st := bs[0].SLOState(clk.now()); st != want {
+					t.Fatalf("after %d more episodes: SLO state %d, want %d", i+1, st, want)
+				}
+			}
+		})
+	}
+}

@@ -429,7 +429,7 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	t.Backend.noteReach(int64(t.feat.InFlight))
 	if t.SLO > 0 {
 		if met := ttft <= t.SLO; met || t.sloVerdict() {
-			t.Backend.reportSLO(now, met, t.probe)
+			t.Backend.reportSLO(now, t.start, met, t.probe, t.s.profile.predictive)
 		} else {
 			t.Backend.reportSLOForeseen(t.probe) // cooldown.go
 		}
@@ -517,7 +517,7 @@ func (t *Ticket) End(o Outcome) {
 		t.s.sharedCooldowns(t.Backend, now)
 		if t.probe {
 			// A probe that failed before its first token did not meet the SLO.
-			t.Backend.reportSLO(now, false, true)
+			t.Backend.reportSLO(now, t.start, false, true, t.s.profile.predictive)
 		}
 	default:
 		t.Backend.reportOutcome(now, true, t.trial)
