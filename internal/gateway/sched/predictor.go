@@ -195,6 +195,12 @@ type predictorSet struct {
 	since  int // observations since the last predictor switch
 	sorted [residualWindow]float64
 	prior  float64 // seconds, used before any predictor is ready
+	// ttfts holds the last residualWindow TTFTs (nt counts them), and
+	// floor the least of them, refreshed with q95: no prediction is
+	// lower (predict).
+	ttfts [residualWindow]float64
+	nt    int
+	floor float64
 	// sw, when set (PredictorSwitching), replaces preds and the MAPE
 	// fallback; the residual window still turns its mean into a P95.
 	sw *switcher
@@ -227,6 +233,8 @@ func (s *predictorSet) predict(f Features) Prediction {
 		mean, ready, name := s.sw.predict(f)
 		if !ready {
 			mean = s.prior
+		} else {
+			mean = max(mean, s.floor) // as below
 		}
 		return Prediction{Mean: secs(mean), P95: secs(mean * max(s.q95, 1)), Predictor: name, Ready: ready}
 	}
@@ -245,6 +253,13 @@ func (s *predictorSet) predict(f Features) Prediction {
 	q := s.q95
 	if q < 1 {
 		q = 1
+	}
+	if ready {
+		// A regression extrapolates below anything served (to zero, where
+		// it is clamped, for a short prompt on an idle backend); a
+		// prediction under the fastest recent TTFT is one no request has
+		// shown, and it made the backend look the fastest of all.
+		mean = max(mean, s.floor)
 	}
 	return Prediction{
 		Mean:      secs(mean),
@@ -266,6 +281,11 @@ func (s *predictorSet) observeAt(at time.Time, f Features, ttft float64) {
 	s.bound.observe(f, ttft)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ttfts[s.nt%residualWindow] = ttft
+	s.nt++
+	if s.nt <= 16 || s.nt%16 == 0 {
+		s.floor = slices.Min(s.ttfts[:min(s.nt, residualWindow)])
+	}
 	if s.sw != nil {
 		if m := s.sw.observe(at, f, ttft); m > 0 {
 			s.ratios[s.nr%residualWindow] = ttft / m

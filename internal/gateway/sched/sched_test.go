@@ -509,3 +509,29 @@ func others(bs []*Backend, name string) []string {
 	}
 	return o
 }
+
+// No prediction falls below the fastest TTFT recently served: a
+// regression fitted where requests queue extrapolates, for an idle
+// backend, below zero (clamped to it), which made the backend look the
+// fastest of all. Where the data reach, the regression stands.
+func TestPredictionFloor(t *testing.T) {
+	b := NewBackend(BackendSpec{Name: "x"})
+	rng := rand.New(rand.NewPCG(12, 13))
+	least := math.Inf(1)
+	for range 300 {
+		f := Features{UncachedTokens: 500, InFlight: float64(2 + rng.IntN(8))}
+		ttft := -0.03 + 0.02*f.InFlight // 10–150 ms where seen
+		least = min(least, ttft)
+		b.preds.observe(f, ttft)
+	}
+	if m, ready := b.preds.preds[0].Predict(Features{UncachedTokens: 500}); !ready || m > 0 {
+		t.Fatalf("the regression alone predicts %.4f s (ready %v) for an idle backend; the case wants it clamped at zero", m, ready)
+	}
+	idle := b.preds.predict(Features{UncachedTokens: 500})
+	if !idle.Ready || idle.Mean.Seconds() < least-1e-9 {
+		t.Errorf("idle backend predicted %v (ready %v), below the fastest TTFT served, %.3f s", idle.Mean, idle.Ready, least)
+	}
+	if got := b.preds.predict(Features{UncachedTokens: 500, InFlight: 5}).Mean.Seconds(); math.Abs(got-0.07) > 0.002 {
+		t.Errorf("five in flight: predicted %.4f s, want the regression's 0.070", got)
+	}
+}
