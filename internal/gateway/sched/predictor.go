@@ -196,8 +196,8 @@ type predictorSet struct {
 	sorted [residualWindow]float64
 	prior  float64 // seconds, used before any predictor is ready
 	// ttfts holds the last residualWindow TTFTs (nt counts them), and
-	// floor the least of them, refreshed with q95: no prediction is
-	// lower (predict).
+	// floor the least of them, refreshed at each of the first 16 and
+	// every 16 after: no ready prediction is lower (predict).
 	ttfts [residualWindow]float64
 	nt    int
 	floor float64
