@@ -96,6 +96,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return a.fail(x, http.StatusBadGateway, "connect", fmt.Sprintf("backend %s unreachable", u.cfg.Name))
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		// Headers sent before the first token time the backend's round
+		// trip and front end (sched.Ticket.HeadersAt).
+		t.HeadersAt(time.Now())
+	}
 	if ae := a.refused(x, resp); ae != nil {
 		return ae
 	}

@@ -346,3 +346,73 @@ func drain(t *testing.T, resp *http.Response) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 }
+
+// End to end over loopback: a backend 20 ms away that answers a
+// stream's headers before queueing it (as vLLM does) is learnt to spend
+// about 20 ms of every TTFT on the wire, and the gateway exports it; one
+// that sends its headers with the first token (as Ollama does) shows no
+// transit, and none is exported for it.
+func TestBackendTransitFromHeaders(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const rtt = 20 * time.Millisecond
+	early, err := standin.Start(ctx, standin.Config{Name: "early", Network: rtt, Overhead: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := standin.Start(ctx, standin.Config{Name: "late", Network: rtt, Overhead: time.Millisecond, LateHeaders: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Policy: "round-robin",
+		Backends: []BackendConfig{
+			{Name: "early", URL: early.URL(), API: "openai"},
+			{Name: "late", URL: late.URL(), API: "openai"},
+		},
+	}
+	g, url := startGateway(t, cfg, Options{})
+	for range 8 {
+		resp := post(t, url, "/v1/chat/completions", chatBody("standin", true, "Say something."), nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		drain(t, resp)
+	}
+	for _, b := range g.Scheduler().Backends() {
+		got := b.Transit()
+		switch b.Name() {
+		case "early":
+			if got < rtt || got > rtt+15*time.Millisecond {
+				t.Errorf("backend early: transit %v, want about %v (its round trip)", got, rtt)
+			}
+		case "late":
+			if got != 0 {
+				t.Errorf("backend late: transit %v, want none (its headers come with the first token)", got)
+			}
+		}
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `ttft_gateway_backend_transit_seconds{backend="early"} 0.02`) {
+		t.Errorf("metrics lack the early backend's transit of 0.02… s:\n%s", grepLines(string(body), "transit"))
+	}
+	if strings.Contains(string(body), `ttft_gateway_backend_transit_seconds{backend="late"}`) {
+		t.Errorf("metrics export a transit for the late backend:\n%s", grepLines(string(body), "transit"))
+	}
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -131,10 +131,11 @@ var (
 	descAdmitBackoffs = prometheus.NewDesc("ttft_gateway_admission_backoffs_total", "Times the route's admitted requests were shown missing their SLO more than 1% of the time and the SLO share was cut.", []string{"model"}, nil)
 	descAdmitRelaxes  = prometheus.NewDesc("ttft_gateway_admission_relaxes_total", "Times the route's admitted requests were shown within their SLO and the SLO share was raised.", []string{"model"}, nil)
 	descLearntCap     = prometheus.NewDesc("ttft_gateway_backend_cache_capacity_blocks", "Prefix-cache capacity the scheduler believes the backend holds, in prefix-index blocks; only policies that route by TTFT predictions learn it.", []string{"backend"}, nil)
+	descTransit       = prometheus.NewDesc("ttft_gateway_backend_transit_seconds", "Least recent time to a stream's response headers, where the backend sends them before its first token: its round trip and front end, which hold no slot; absent while unknown.", []string{"backend"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descRestarts, descLearntCap, descAdmitShare, descAdmitLate, descAdmitBackoffs, descAdmitRelaxes} {
+	for _, d := range []*prometheus.Desc{descInFlight, descQueued, descBreaker, descHealthy, descDemoted, descMAPE, descActive, descEngineCache, descEngineHit, descRestarts, descLearntCap, descTransit, descAdmitShare, descAdmitLate, descAdmitBackoffs, descAdmitRelaxes} {
 		ch <- d
 	}
 }
@@ -177,6 +178,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(b.EngineRestarts()), n)
 		if c := b.CacheCapacity(); c > 0 {
 			ch <- prometheus.MustNewConstMetric(descLearntCap, prometheus.GaugeValue, float64(c), n)
+		}
+		if d := b.Transit(); d > 0 {
+			ch <- prometheus.MustNewConstMetric(descTransit, prometheus.GaugeValue, d.Seconds(), n)
 		}
 	}
 	for _, r := range st.sched.AdmissionRoutes() {

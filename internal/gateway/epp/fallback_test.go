@@ -75,3 +75,37 @@ func histogramCount(t *testing.T, h prometheus.Histogram) int {
 	}
 	return int(m.GetHistogram().GetSampleCount())
 }
+
+// histogramMean is h's mean observation.
+func histogramMean(t *testing.T, h prometheus.Histogram) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	h.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		t.Fatal(fmt.Errorf("reading the histogram: %w", err))
+	}
+	return m.GetHistogram().GetSampleSum() / float64(m.GetHistogram().GetSampleCount())
+}
+
+// TestTransitFromResponseHeaders: the simulator answers a stream's
+// headers before it queues the request (as vLLM does), and the picker,
+// told of them by the data plane's response-headers message, learns the
+// endpoint's transit: positive, and less than any of its TTFTs.
+func TestTransitFromResponseHeaders(t *testing.T) {
+	engines := startEngines(t, 1, nil)
+	addr := hostPort(engines[0].URL())
+	s, env := startPicker(t, Options{Seed: 1}, []Endpoint{{Addr: addr}})
+	waitReady(t, s)
+	model := engines[0].ModelName()
+	for i := range 4 {
+		if o := env.mustDo(call{body: chatBody(model, prefixPrompt(i), "hi")}); o.status != 200 {
+			t.Fatalf("request %d: status %d", i, o.status)
+		}
+	}
+	b := s.Scheduler().Backends()[0]
+	eventually(t, "nothing in flight", func() bool { return b.InFlight() == 0 })
+	if d, mean := b.Transit(), histogramMean(t, s.m.ttft); d <= 0 || d.Seconds() >= mean {
+		t.Errorf("transit %v; want more than 0 and less than the mean TTFT, %.4f s", d, mean)
+	}
+}

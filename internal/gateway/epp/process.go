@@ -143,6 +143,11 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest, now time.Time) error
 		return x.send(x.s.canned.requestTrailers)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.responseHeaders(v.ResponseHeaders.GetHeaders(), req.GetMetadataContext())
+		if x.t != nil && x.status == 200 {
+			// Headers sent before the first token time the endpoint's
+			// round trip and front end (sched.Ticket.HeadersAt).
+			x.t.HeadersAt(now)
+		}
 		if err := x.send(x.s.canned.responseHeaders); err != nil {
 			return err
 		}

@@ -30,7 +30,7 @@ import (
 // stand-in, or an answer's end reaching the gateway, at a virtual time.
 type schedEvent struct {
 	at   float64
-	kind int // eventFirst, eventFree, eventDone
+	kind int // eventFirst, eventFree, eventDone, eventHeaders
 	b    int
 	r    *boundReq
 	t    *sched.Ticket
@@ -41,6 +41,9 @@ const (
 	eventFirst = iota
 	eventFree
 	eventDone
+	// eventHeaders: the response's headers, which the stand-in sends
+	// when the request arrives (standin.Config.LateHeaders unset).
+	eventHeaders
 )
 
 type schedHeap []schedEvent
@@ -168,6 +171,9 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 		}
 		tickets[r] = tk
 		b := idx[tk.Backend]
+		if !bs[b].cfg.LateHeaders {
+			heap.Push(&ev, schedEvent{at: now + ms(bs[b].cfg.Network) + 0.1, kind: eventHeaders, b: b, r: r})
+		}
 		bs[b].queue = append(bs[b].queue, r)
 		start(b)
 	}
@@ -190,6 +196,10 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 			delete(tickets, e.r)
 		}
 		switch e.kind {
+		case eventHeaders:
+			if tk != nil {
+				tk.HeadersAt(clock())
+			}
 		case eventFirst:
 			tk.FirstTokenAt(clock())
 		case eventFree:

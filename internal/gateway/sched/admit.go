@@ -72,6 +72,16 @@ type queueBound struct {
 	// queues.
 	reach float64
 	tmp   [boundWindow]float64
+	// heads holds the last boundWindow times to response headers of
+	// requests whose headers came clearly before their first token (nh
+	// counts them), and transit the least of them (refreshed like
+	// predictorSet.floor): the part of a TTFT spent before the request
+	// reaches the engine's queue and after its answer leaves it — the
+	// network's round trip and the front end's parsing — which holds no
+	// slot (observeTransit).
+	heads   [boundWindow]float64
+	nh      int
+	transit float64
 }
 
 // slotHypotheses are the candidate effective concurrencies.
@@ -165,7 +175,7 @@ func (f *slotFit) predict(x [nBX]float64) float64 {
 }
 
 // learn adds one (x, ttft) to the fit and solves it again.
-func (f *slotFit) learn(x [nBX]float64, y float64) {
+func (f *slotFit) learn(x [nBX]float64, y float64, transit float64) {
 	const l = boundForget
 	f.sw = l*f.sw + 1
 	for i := range nBX {
@@ -179,11 +189,17 @@ func (f *slotFit) learn(x [nBX]float64, y float64) {
 	// is not measured: assume each request waited for costs what a
 	// request's own time to first token does (one slot's worth), which
 	// errs on the side of a longer wait, and let requests admitted at
-	// longer queues show otherwise.
+	// longer queues show otherwise. Less the transit, which the request
+	// ahead spends on the wire and in the front end, not in a slot: a
+	// replica 25 ms away, answering cached prompts in 29 ms, was priced
+	// 29 ms per request ahead where each held a slot for 2–4, so a home
+	// four deep on four slots read 65–93 ms, and its groups were sent
+	// to near backends whose caches they overfilled (fleet remote-fast,
+	// docs/routing-evaluation.md, "Time on the wire holds no slot").
 	xm := f.s[bxConst][bxAhead] / f.sw
 	if f.s[bxAhead][bxAhead]/f.sw-xm*xm < 0.25 {
 		own := (f.w[bxConst]*f.sw + f.w[bxOwn]*f.s[bxConst][bxOwn]) / f.sw
-		f.w[bxAhead] = max(f.w[bxAhead], own)
+		f.w[bxAhead] = max(f.w[bxAhead], own-transit)
 	}
 }
 
@@ -323,7 +339,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 				}
 			}
 		}
-		f.learn(x, ttft)
+		f.learn(x, ttft, b.transit)
 	}
 	b.n++
 	b.dirty++
@@ -365,6 +381,42 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 		b.few = k < 32
 	}
 }
+
+// observeTransit learns one request's time to its response headers,
+// head, against its TTFT, seconds. Engines that answer a stream's
+// headers as soon as they have parsed the request (vLLM, SGLang and TGI
+// behind their HTTP servers) show in that time the round trip and the
+// front end; one that sends its headers with the first token (Ollama)
+// shows nothing the TTFT does not, and its headers are not counted: the
+// transit stays unknown (0), and a request ahead is priced a whole TTFT.
+func (b *queueBound) observeTransit(head, ttft float64) {
+	if !(head >= 0) || !(ttft-head >= transitGap) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.heads[b.nh%boundWindow] = head
+	b.nh++
+	if b.nh <= 16 || b.nh%16 == 0 {
+		b.transit = slices.Min(b.heads[:min(b.nh, boundWindow)])
+	}
+}
+
+// Transit is the least recent time to a stream's response headers on
+// this backend, where it sends them clearly before its first token: its
+// round trip and front end, which hold no slot (0: not known).
+func (b *Backend) Transit() time.Duration {
+	q := b.preds.bound
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return secs(q.transit)
+}
+
+// transitGap is how much earlier than the first token a response's
+// headers must come to count as sent before the engine queued the
+// request: headers written with the first token come within
+// microseconds of it.
+const transitGap = 0.001
 
 // quantileRank is the rank (1-based) of the order statistic of k samples
 // taken for their q-quantile: the lowest rank r at which the r-th smallest

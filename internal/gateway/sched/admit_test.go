@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -303,5 +304,50 @@ func TestPickAdmitColdBackend(t *testing.T) {
 	}
 	if tk, err := s.Pick(req(8)); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a full, b cold with one in flight: %v, %v; want refused", tk, err)
+	}
+}
+
+// TestQueueBoundTransit: a backend 25 ms away on the wire, four slots,
+// each request ahead beyond them waiting 3 ms. Its TTFTs rarely came
+// from a queue past the slots, so the four-slot fit prices a request
+// ahead by its prior, one TTFT less the transit: told the response
+// headers' times (sent before the queue, as vLLM sends them), the prior
+// leaves the wire out and the bound predicts a TTFT four deep within
+// 15%; headers sent with the first token (as Ollama sends them) say
+// nothing, and the prior stays a whole TTFT.
+func TestQueueBoundTransit(t *testing.T) {
+	const transit, svc, perKTok, drain = 0.025, 0.004, 0.010, 0.003
+	truth := func(f Features) float64 {
+		return transit + fifoTTFT(f, 4, svc, perKTok, drain)
+	}
+	four := slices.Index(slotHypotheses[:], 4)
+	for _, early := range []bool{true, false} {
+		rng := rand.New(rand.NewPCG(21, 22))
+		b := newQueueBound()
+		b.on.Store(true)
+		for i := range 300 {
+			f := Features{UncachedTokens: float64(rng.IntN(500)), InFlight: float64(rng.IntN(4))}
+			if i%10 == 0 {
+				f.InFlight = 4
+			}
+			y := truth(f) * (1 + 0.02*(rng.Float64()-0.5))
+			head := y // with the first token
+			if early {
+				head = transit + 0.0002*rng.Float64()
+			}
+			b.observeTransit(head, y)
+			b.observe(f, y)
+		}
+		perAhead := b.fits[four].w[bxAhead]
+		if early {
+			f := Features{UncachedTokens: 200, InFlight: 4}
+			want := truth(f)
+			e := b.estimate(f)
+			if math.Abs(b.transit-transit) > 0.0005 || perAhead > 0.010 || !e.Ready || e.Slots != 4 || math.Abs(e.Mean.Seconds()-want)/want > 0.15 {
+				t.Errorf("headers before the queue: transit %.1f ms, %.1f ms per request ahead, estimate %+v; want 25 ms, under 10 ms, 4 slots and a mean ≈ %.1f ms", 1000*b.transit, 1000*perAhead, e, 1000*want)
+			}
+		} else if b.transit != 0 || perAhead < 0.028 {
+			t.Errorf("headers with the first token: transit %.1f ms, %.1f ms per request ahead; want no transit and a whole TTFT (≥ 28 ms)", 1000*b.transit, 1000*perAhead)
+		}
 	}
 }

@@ -226,8 +226,10 @@ type Ticket struct {
 	// budget is the answer's tokens after the first that its max_tokens
 	// allows (0: no limit given).
 	budget float64
-	// firstAt is when the first token came (zero before).
+	// firstAt is when the first token came (zero before); headAt when
+	// the response's headers did (zero: not told, HeadersAt).
 	firstAt time.Time
+	headAt  time.Time
 	first   bool
 	ended   bool
 	trial   bool
@@ -399,6 +401,20 @@ const (
 	OutcomeNoVerdict
 )
 
+// HeadersAt records when the backend's response headers arrived (on the
+// scheduler's clock). Where they come clearly before the first token,
+// the time to them is the part of the TTFT that holds no slot at the
+// backend (the network's round trip, the front end), which the queue
+// bound then leaves out of the wait it prices per request ahead
+// (queueBound.observeTransit). Optional; only the first call counts.
+func (t *Ticket) HeadersAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.headAt.IsZero() && !t.first && !t.ended {
+		t.headAt = now
+	}
+}
+
 // FirstToken records the first token's arrival: the request leaves the
 // backend's prefill queue, and the predictors and SLO tracker learn its TTFT.
 func (t *Ticket) FirstToken() time.Duration { return t.FirstTokenAt(t.s.opts.Now()) }
@@ -424,6 +440,9 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 	if t.caps {
 		t.Backend.caps.firstToken(t.capU)
 		t.Backend.caps.observe(t.capWork, ttft.Seconds())
+	}
+	if !t.headAt.IsZero() {
+		t.Backend.preds.bound.observeTransit(t.headAt.Sub(t.start).Seconds(), ttft.Seconds())
 	}
 	t.Backend.preds.observeAt(t.start, t.feat, ttft.Seconds())
 	t.Backend.noteReach(int64(t.feat.InFlight))

@@ -58,6 +58,9 @@ type Config struct {
 	// that much later. The server's records (Served) start when it
 	// arrives, so they do not count it; a client's TTFT does.
 	Network time.Duration
+	// LateHeaders sends a stream's response headers with its first
+	// token, as Ollama does, instead of once the request is parsed.
+	LateHeaders bool
 }
 
 // WithDefaults is c with its zero fields at their defaults, as Start
@@ -399,6 +402,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	out := max(req.MaxTokens, req.MaxCompletionTokens)
 	if out <= 0 {
 		out = 16
+	}
+	if req.Stream && !s.cfg.LateHeaders {
+		// As vLLM, SGLang and TGI answer a stream: headers once the
+		// request is parsed, before it waits for a slot.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
 	}
 	ctx := r.Context()
 	if err := s.acquire(ctx); err != nil {
