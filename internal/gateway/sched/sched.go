@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -215,9 +216,11 @@ type Ticket struct {
 	// had cached, or at End. (Here, in MeetsSLO's padding, and a float32,
 	// exact to 16M tokens: the ticket stays in its allocation size class.)
 	scoring, reported bool
-	reportedU         float32
-	CachedTokens      int
-	Candidates        int
+	// caps: see capU.
+	caps         bool
+	reportedU    float32
+	CachedTokens int
+	Candidates   int
 
 	s        *Scheduler
 	feat     Features
@@ -226,17 +229,19 @@ type Ticket struct {
 	// budget is the answer's tokens after the first that its max_tokens
 	// allows (0: no limit given).
 	budget float64
-	// firstAt is when the first token came (zero before); headAt when
-	// the response's headers did (zero: not told, HeadersAt).
+	// firstAt is when the first token came (zero before).
 	firstAt time.Time
-	headAt  time.Time
 	first   bool
 	ended   bool
 	trial   bool
 	probe   bool
+	// headUS is when the response's headers came (HeadersAt), in
+	// microseconds after start, plus one (0: not told). Beside the four
+	// flags, in what was their padding, with caps moved beside
+	// MeetsSLO: the ticket stays within its 512-byte size class.
+	headUS int32
 	// capU and capWork: each cache-capacity candidate's uncached tokens
 	// and predicted work for this request (capacityModel), when caps.
-	caps bool
 	capU [nCap]int64
 	// capPrompt is the prompt's tokens as capU counts them.
 	capPrompt int64
@@ -410,8 +415,8 @@ const (
 func (t *Ticket) HeadersAt(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.headAt.IsZero() && !t.first && !t.ended {
-		t.headAt = now
+	if t.headUS == 0 && !t.first && !t.ended {
+		t.headUS = int32(min(max(now.Sub(t.start).Microseconds(), 0), math.MaxInt32-1)) + 1
 	}
 }
 
@@ -441,8 +446,8 @@ func (t *Ticket) FirstTokenAt(now time.Time) time.Duration {
 		t.Backend.caps.firstToken(t.capU)
 		t.Backend.caps.observe(t.capWork, ttft.Seconds())
 	}
-	if !t.headAt.IsZero() {
-		t.Backend.preds.bound.observeTransit(t.headAt.Sub(t.start).Seconds(), ttft.Seconds())
+	if t.headUS != 0 {
+		t.Backend.preds.bound.observeTransit(float64(t.headUS-1)/1e6, ttft.Seconds())
 	}
 	t.Backend.preds.observeAt(t.start, t.feat, ttft.Seconds())
 	t.Backend.noteReach(int64(t.feat.InFlight))
