@@ -64,8 +64,8 @@ func TestFallbackTTFTLearnt(t *testing.T) {
 	}
 }
 
-// histogramCount is how many observations a histogram holds.
-func histogramCount(t *testing.T, h prometheus.Histogram) int {
+// histogram is h's one series, read back.
+func histogram(t *testing.T, h prometheus.Histogram) *dto.Histogram {
 	t.Helper()
 	ch := make(chan prometheus.Metric, 1)
 	h.Collect(ch)
@@ -73,19 +73,18 @@ func histogramCount(t *testing.T, h prometheus.Histogram) int {
 	if err := (<-ch).Write(&m); err != nil {
 		t.Fatal(fmt.Errorf("reading the histogram: %w", err))
 	}
-	return int(m.GetHistogram().GetSampleCount())
+	return m.GetHistogram()
+}
+
+// histogramCount is h's number of observations.
+func histogramCount(t *testing.T, h prometheus.Histogram) int {
+	return int(histogram(t, h).GetSampleCount())
 }
 
 // histogramMean is h's mean observation.
 func histogramMean(t *testing.T, h prometheus.Histogram) float64 {
-	t.Helper()
-	ch := make(chan prometheus.Metric, 1)
-	h.Collect(ch)
-	var m dto.Metric
-	if err := (<-ch).Write(&m); err != nil {
-		t.Fatal(fmt.Errorf("reading the histogram: %w", err))
-	}
-	return m.GetHistogram().GetSampleSum() / float64(m.GetHistogram().GetSampleCount())
+	m := histogram(t, h)
+	return m.GetSampleSum() / float64(m.GetSampleCount())
 }
 
 // TestTransitFromResponseHeaders: the simulator answers a stream's

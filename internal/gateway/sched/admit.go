@@ -72,16 +72,13 @@ type queueBound struct {
 	// queues.
 	reach float64
 	tmp   [boundWindow]float64
-	// heads holds the last boundWindow times to response headers of
-	// requests whose headers came clearly before their first token (nh
-	// counts them), and transit the least of them (refreshed like
-	// predictorSet.floor): the part of a TTFT spent before the request
+	// heads: the least of the last residualWindow times to response
+	// headers of requests whose headers came clearly before their first
+	// token, the transit: the part of a TTFT spent before the request
 	// reaches the engine's queue and after its answer leaves it — the
 	// network's round trip and the front end's parsing — which holds no
 	// slot (observeTransit).
-	heads   [boundWindow]float64
-	nh      int
-	transit float64
+	heads minWindow
 }
 
 // slotHypotheses are the candidate effective concurrencies.
@@ -339,7 +336,7 @@ func (b *queueBound) observe(feat Features, ttft float64) {
 				}
 			}
 		}
-		f.learn(x, ttft, b.transit)
+		f.learn(x, ttft, b.heads.least)
 	}
 	b.n++
 	b.dirty++
@@ -395,11 +392,7 @@ func (b *queueBound) observeTransit(head, ttft float64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.heads[b.nh%boundWindow] = head
-	b.nh++
-	if b.nh <= 16 || b.nh%16 == 0 {
-		b.transit = slices.Min(b.heads[:min(b.nh, boundWindow)])
-	}
+	b.heads.add(head)
 }
 
 // Transit is the least recent time to a stream's response headers on
@@ -409,7 +402,7 @@ func (b *Backend) Transit() time.Duration {
 	q := b.preds.bound
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return secs(q.transit)
+	return secs(q.heads.least)
 }
 
 // transitGap is how much earlier than the first token a response's

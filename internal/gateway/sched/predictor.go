@@ -176,6 +176,23 @@ func (m *QueueRate) Observe(f Features, ttft float64) {
 // the other one if it is doing better.
 const MAPEThreshold = 0.12
 
+// minWindow is the least of the last residualWindow values added,
+// refreshed at each of the first 16 and every 16 after (a minimum over
+// the window at every value would cost a scan of it per first token).
+type minWindow struct {
+	xs    [residualWindow]float64
+	n     int
+	least float64
+}
+
+func (w *minWindow) add(x float64) {
+	w.xs[w.n%residualWindow] = x
+	w.n++
+	if w.n <= 16 || w.n%16 == 0 {
+		w.least = slices.Min(w.xs[:min(w.n, residualWindow)])
+	}
+}
+
 // residualWindow is how many recent residual ratios the P95 correction uses.
 const residualWindow = 256
 
@@ -195,12 +212,9 @@ type predictorSet struct {
 	since  int // observations since the last predictor switch
 	sorted [residualWindow]float64
 	prior  float64 // seconds, used before any predictor is ready
-	// ttfts holds the last residualWindow TTFTs (nt counts them), and
-	// floor the least of them, refreshed at each of the first 16 and
-	// every 16 after: no ready prediction is lower (predict).
-	ttfts [residualWindow]float64
-	nt    int
-	floor float64
+	// ttfts: the least of the last residualWindow TTFTs, under which no
+	// ready prediction falls (predict).
+	ttfts minWindow
 	// sw, when set (PredictorSwitching), replaces preds and the MAPE
 	// fallback; the residual window still turns its mean into a P95.
 	sw *switcher
@@ -234,7 +248,7 @@ func (s *predictorSet) predict(f Features) Prediction {
 		if !ready {
 			mean = s.prior
 		} else {
-			mean = max(mean, s.floor) // as below
+			mean = max(mean, s.ttfts.least) // as below
 		}
 		return Prediction{Mean: secs(mean), P95: secs(mean * max(s.q95, 1)), Predictor: name, Ready: ready}
 	}
@@ -259,7 +273,7 @@ func (s *predictorSet) predict(f Features) Prediction {
 		// it is clamped, for a short prompt on an idle backend); a
 		// prediction under the fastest recent TTFT is one no request has
 		// shown, and it made the backend look the fastest of all.
-		mean = max(mean, s.floor)
+		mean = max(mean, s.ttfts.least)
 	}
 	return Prediction{
 		Mean:      secs(mean),
@@ -281,11 +295,7 @@ func (s *predictorSet) observeAt(at time.Time, f Features, ttft float64) {
 	s.bound.observe(f, ttft)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ttfts[s.nt%residualWindow] = ttft
-	s.nt++
-	if s.nt <= 16 || s.nt%16 == 0 {
-		s.floor = slices.Min(s.ttfts[:min(s.nt, residualWindow)])
-	}
+	s.ttfts.add(ttft)
 	if s.sw != nil {
 		if m := s.sw.observe(at, f, ttft); m > 0 {
 			s.ratios[s.nr%residualWindow] = ttft / m
