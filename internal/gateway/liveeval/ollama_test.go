@@ -1,6 +1,7 @@
 package liveeval
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,5 +291,54 @@ func TestOllamaResetRetriesLoad(t *testing.T) {
 				t.Errorf("reset: err %v, %d loads, %d unloads; want error %v, %d of each", err, loads, unloads, tt.wantErr, tt.wantLoads)
 			}
 		})
+	}
+}
+
+// TestOllamaHeadersWithFirstToken checks what the transit rests on for
+// Ollama: it writes a stream's headers with its first chunk, after the
+// prefill, so the time to them is no measure of the wire and the front
+// end, and the scheduler learns no transit from it (queueBound.
+// observeTransit asks for headers 1 ms before the first token). Were
+// Ollama to send them on parsing the request, as vLLM does, this fails,
+// and the transit would be learnt from it too.
+func TestOllamaHeadersWithFirstToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an engine")
+	}
+	bin := enginetest.Binary(t)
+	f := fleetByName(t, "ollama")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, urls := startReset(ctx, t, bin, f.Ollama[:1])
+	rng := rand.New(rand.NewPCG(5, 5))
+	for k := range 3 {
+		body, _ := json.Marshal(map[string]any{"model": OllamaModel, "stream": true, "max_tokens": 2,
+			"messages": []map[string]string{{"role": "user", "content": words(rng, 1500)}}})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, urls[0]+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, e.Diagnose())
+		}
+		head := time.Since(start)
+		var first time.Duration
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if first == 0 && strings.Contains(sc.Text(), `"content":"`) && !strings.Contains(sc.Text(), `"content":""`) {
+				first = time.Since(start)
+			}
+		}
+		resp.Body.Close()
+		t.Logf("request %d: headers after %v, first token after %v", k, head, first)
+		if resp.StatusCode != http.StatusOK || first == 0 {
+			t.Fatalf("request %d: status %d, first token %v\n%s", k, resp.StatusCode, first, e.Diagnose())
+		}
+		if head < first/2 {
+			t.Errorf("request %d: headers after %v, well before the first token (%v): Ollama now sends them early, and a transit is learnt from them", k, head, first)
+		}
 	}
 }
