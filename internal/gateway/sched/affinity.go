@@ -125,11 +125,11 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		}
 		c := &cands[i]
 		cy.Predict(c)
-		if scores[i] > scores[aff] || (scores[i] == scores[aff] && tiedBetter(c, &cands[aff], scores[i] == 0 && slack == 0, slack, len(cy.req.Blocks))) {
-			aff = i
-		}
 		if cy.MeetProbability(c) >= meetThreshold {
 			meets++
+		}
+		if scores[i] > scores[aff] || (scores[i] == scores[aff] && tiedBetter(c, &cands[aff], scores[i] == 0 && slack == 0, slack, len(cy.req.Blocks))) {
+			aff = i
 		}
 		if better(cy, c, &cands[fastest]) {
 			fastest = i
@@ -171,6 +171,20 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	if f.meetP < meetThreshold && a.meetP < spillBelow && scores[aff] > 0 && scores[aff] < 0.5 &&
 		a.pred.Ready && f.pred.Ready && float64(a.pred.Mean) > missFaster*float64(f.pred.Mean) && f.b.withinReach() {
 		return fastest, ReasonNoHeadroom
+	}
+	// A new prompt group stays where tiedBetter placed it, in a cache of
+	// known size with room for it, while it is predicted to meet the SLO
+	// there on average: the place is where the group's requests will go,
+	// and a spill for speed or for the home's queue sends it into a cache
+	// the groups already fill (tiedBetter chose the home for its room),
+	// where it and a resident group then evict each other. On fleet
+	// shared-prefill (2× stand-ins whose prefills share a processor)
+	// new groups went so to a fast backend until it held six in room for
+	// five, and its misses, each a full prefill shared with others, were
+	// the P99 (docs/routing-evaluation.md, "Room for new groups, and the
+	// price of an eviction").
+	if f := a.b.caps.fill(len(cy.req.Blocks)); scores[aff] == 0 && slack == 0 && a.meetP >= spillBelow && f > 0 && f <= fillLimit {
+		return aff, stayReason(a, 0)
 	}
 	if to := queuedSpill(cands, aff, scores, cy.req.SLO); to >= 0 {
 		return to, ReasonHeadroom
@@ -217,6 +231,13 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 		dest := queuedMean(c)
 		if cy.req.SLO > 0 && dest > cy.req.SLO {
 			continue
+		}
+		// Not where the move, priced with the eviction it causes
+		// (evictionPrice), costs more than staying.
+		if ev := evictionPrice(c, scores[aff], scores[i], len(cy.req.Blocks)); ev > 0 {
+			if dest += ev; a.pred.Ready && queuedMean(a) <= dest {
+				continue
+			}
 		}
 		if need < meetThreshold && !(a.pred.Ready && c.pred.Ready && float64(a.pred.Mean) > missFaster*float64(dest)) {
 			continue
@@ -305,6 +326,30 @@ func queuedSpill(cands []Candidate, aff int, scores []float64, slo time.Duration
 		}
 	}
 	return to
+}
+
+// evictionPrice is what a request moving its prompt group to c costs
+// the groups living there, added to c's price when deciding whether to
+// leave a home that holds most of the prompt (homeScore ≥ 0.5), and is
+// predicted over the SLO or much slower, for c, which holds none of it
+// and whose cache the groups placed there fill (capacityModel.fill over
+// fillLimit): one of them is evicted and its next request pays a whole
+// prefill, priced as this request's predicted TTFT there (a full prefill
+// too). Zero otherwise. Without it the move was decided on this
+// request's TTFT alone, and on fleet shared-prefill groups moved into
+// fast backends' full caches, where they and the residents then missed
+// (docs/routing-evaluation.md, "Room for new groups, and the price of an
+// eviction").
+//
+// Not for a home past its slots (queuedSpill): where the queues are
+// real slots, a request waits there for a whole answer, and priced so
+// it stayed: on the replay, ten-small went 1.01 → 1.13 of the best
+// single signal, eight-slots-long 0.80 → 0.87.
+func evictionPrice(c *Candidate, homeScore, score float64, blocks int) time.Duration {
+	if homeScore < 0.5 || score > 0 || !c.pred.Ready || c.b.caps.fill(blocks) <= fillLimit {
+		return 0
+	}
+	return c.pred.Mean
 }
 
 // evictedHome is where a request goes whose home (the backend whose
@@ -410,7 +455,7 @@ func stayReason(a *Candidate, score float64) string {
 // simultaneous new groups would all go to the same backend instead of
 // staggering by rank.
 func tiedBetter(c, b *Candidate, spread bool, slack float64, blocks int) bool {
-	if spread && !fartherApart(c, b) {
+	if spread && !speedOverRoom(c, b) {
 		fc, fb := c.b.caps.fill(blocks), b.b.caps.fill(blocks)
 		if okc, okb := fc <= fillLimit, fb <= fillLimit; okc != okb {
 			return okc
@@ -440,6 +485,28 @@ func fartherApart(c, b *Candidate) bool {
 	}
 	mc, mb := float64(c.pred.Mean), float64(b.pred.Mean)
 	return mc > spillSlower*mb || mb > spillSlower*mc
+}
+
+// speedOverRoom reports whether c and b are so far apart in speed for
+// the request (fartherApart) that the slower is also predicted to miss
+// the SLO on average: only then does speed decide a new group's place
+// over the room in the caches. A backend twice as slow that still meets
+// the SLO serves the group's hits there, where the faster one's full
+// cache would serve it misses: on fleet shared-prefill a full prefill
+// was predicted 2.0–2.3 times slower on a slow stand-in with room than
+// on a fast one without, both within the 80 ms SLO, and the group went
+// to the full cache (docs/routing-evaluation.md, "Room for new groups,
+// and the price of an eviction"). (meetP is computed before tiedBetter
+// reads it.)
+func speedOverRoom(c, b *Candidate) bool {
+	if !fartherApart(c, b) {
+		return false
+	}
+	slow := c
+	if b.pred.Mean > c.pred.Mean {
+		slow = b
+	}
+	return slow.meetP < spillBelow
 }
 
 // better orders candidates for a spill: the higher probability of

@@ -275,17 +275,23 @@ func TestSLOAffinityReplicaSlack(t *testing.T) {
 
 // Where the engines publish their cache's size, a new prompt group goes
 // to a backend whose cache the groups already placed there leave room
-// for, even past a less loaded one whose cache they fill (fillLimit) —
-// unless the one with room is predicted more than spillSlower times
-// slower, where the load decides as before.
+// for, even past a less loaded one whose cache they fill (fillLimit),
+// and stays there while it is predicted to meet the SLO — unless the one
+// with room is predicted more than spillSlower times slower and to miss
+// the SLO, where the load decides as before.
 func TestSLOAffinityNewGroupRoom(t *testing.T) {
 	for _, tt := range []struct {
 		name               string
 		slowBase, slowPerT float64
+		slo                time.Duration
 		want               string
 	}{
-		{"1.5× slower", 0.03, 3e-5, "fast fast fast slow"},
-		{"3× slower", 0.06, 6e-5, "fast fast fast fast"},
+		// An SLO neither meets: no spill overrules the choice.
+		{"1.5× slower", 0.03, 3e-5, 20 * time.Millisecond, "fast fast fast slow"},
+		{"3× slower, over the SLO", 0.06, 6e-5, 20 * time.Millisecond, "fast fast fast fast"},
+		// Both meet it: room decides, and no spill for speed moves the
+		// group from the slower backend into the full cache.
+		{"3× slower, within the SLO", 0.06, 6e-5, 200 * time.Millisecond, "fast fast fast slow"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bs := backends("fast", "slow")
@@ -306,8 +312,7 @@ func TestSLOAffinityNewGroupRoom(t *testing.T) {
 			bs[1].inFlight.Add(1) // slow is busier throughout
 			var got []string
 			for g := range 4 {
-				// An SLO neither meets: no spill overrules the choice.
-				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: group(g), SLO: 20 * time.Millisecond})
+				tk, err := s.Pick(&Request{Model: "m", PromptTokens: 500, Blocks: group(g), SLO: tt.slo})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -386,6 +391,49 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 			}
 			bs[0].queuedTokens.Add(tt.homeQueue)
 			tk := pickPrompt(t, bs, newClock().now, prompt, tt.slo)
+			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
+				t.Errorf("picked %s (%s; destination fill %.2f), want %s (%s)", tk.Backend.Name(), tk.Reason, bs[1].caps.fill(n), tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// A home predicted over the SLO leaves for a backend holding none of the
+// prompt, whose cache the groups living there fill, only where the move
+// costs less than staying with the eviction it causes priced in
+// (evictionPrice): a home at 52 ms beside a full backend at 37 ms for the
+// prefill stays (37 + 37 > 52); into a cache with room, or of unknown
+// size, it leaves.
+func TestSLOAffinityEvictionPrice(t *testing.T) {
+	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
+	n := len(prompt)
+	group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("resident ", g, " "), 200)) }
+	for _, tt := range []struct {
+		name         string
+		cacheTokens  float64 // the destination's published KV (0: unknown)
+		want, reason string
+	}{
+		{"full: stays home", float64(4 * n * DefaultBlockBytes / 4), "home", ReasonPrefixHit},
+		{"room: leaves", float64(16 * n * DefaultBlockBytes / 4), "other", ReasonHeadroom},
+		{"size unknown: leaves", 0, "other", ReasonHeadroom},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bs := backends("home", "other")
+			rng := rand.New(rand.NewPCG(1, 2))
+			train(bs[0], 200, 0.05, 2e-5, rng)
+			train(bs[1], 200, 0.025, 2e-5, rng)
+			es := UnknownEngineStats()
+			if tt.cacheTokens > 0 {
+				es.CacheTokens = tt.cacheTokens
+			}
+			bs[1].SetEngineStats(es)
+			for g := range 3 {
+				blocks := group(g)[:n]
+				bs[1].Prefix().InsertRoot(blocks)
+				bs[1].caps.insertRoot(blocks)
+			}
+			bs[0].Prefix().Insert(prompt)
+			tk := pickPrompt(t, bs, newClock().now, prompt, 45*time.Millisecond)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
 				t.Errorf("picked %s (%s; destination fill %.2f), want %s (%s)", tk.Backend.Name(), tk.Reason, bs[1].caps.fill(n), tt.want, tt.reason)
 			}

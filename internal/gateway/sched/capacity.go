@@ -158,11 +158,24 @@ func (m *capacityModel) insertRoot(blocks []uint64) {
 // blocks, the engine's KV size where it publishes one, else the learnt
 // capacity; 0 while neither is known (a cache believed to hold
 // everything the index does is never full).
+//
+// Where the engine publishes its size, the footprint is read from the
+// smallest candidate index that holds as much (maxCandidate), whichever
+// candidate is believed: the believed one can be smaller than the KV
+// (what the engine's running requests take from its prefix cache, or
+// between two candidates, 64 and 128 blocks for an engine of 96), and
+// its index then has dropped the roots of groups the engine still
+// holds. Read from the 64-block index, a stand-in of 96 blocks serving
+// six groups of 16 read a fill of 0.19 and was taken for empty: new
+// groups and spills were sent to it (fleet shared-prefill,
+// docs/routing-evaluation.md, "Room for new groups, and the price of an
+// eviction").
 func (m *capacityModel) fill(n int) float64 {
 	a := int(m.active.Load())
 	capBlocks := 0.0
 	if t := math.Float64frombits(m.engineTokens.Load()); t > 0 {
 		capBlocks = t / float64(max(m.blockTokens.Load(), 1))
+		a = m.maxCandidate()
 	} else if a < nCap-1 {
 		capBlocks = float64(capacityHypotheses[a])
 	}

@@ -235,3 +235,31 @@ func TestCapacityLearntFromReportedHits(t *testing.T) {
 		})
 	}
 }
+
+// The fill of a cache whose size the engine publishes counts the groups
+// placed there in an index at least that large, whichever smaller
+// capacity is believed: five groups of 16 blocks in an engine of 96 fill
+// it past fillLimit when 64 blocks are believed as when 128 are.
+func TestFillReadAtEngineSize(t *testing.T) {
+	const groupBlocks = 16
+	for _, believed := range []int{1, 2} { // capacityHypotheses: 64, 128
+		t.Run(fmt.Sprint(capacityHypotheses[believed], " believed"), func(t *testing.T) {
+			b := NewBackend(BackendSpec{Name: "a"})
+			es := UnknownEngineStats()
+			es.CacheTokens = 96 * DefaultBlockBytes / 4
+			b.SetEngineStats(es)
+			for g := range 5 {
+				blocks := make([]uint64, groupBlocks)
+				for i := range blocks {
+					blocks[i] = uint64(g*1000 + i + 1)
+				}
+				b.caps.insertRoot(blocks)
+			}
+			b.caps.active.Store(int32(believed))
+			want := float64(5*groupBlocks+groupBlocks) / 96
+			if got := b.caps.fill(groupBlocks); math.Abs(got-want) > 1e-9 {
+				t.Errorf("fill with a sixth group: %.2f, want %.2f", got, want)
+			}
+		})
+	}
+}
