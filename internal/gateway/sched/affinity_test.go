@@ -326,6 +326,27 @@ func TestSLOAffinityNewGroupRoom(t *testing.T) {
 	}
 }
 
+// spillPrompt is the prompt of the spill tests, of n blocks.
+func spillPrompt() (prompt []uint64, n int) {
+	prompt = blocksOf(strings.Repeat("shared system prompt ", 100))
+	return prompt, len(prompt)
+}
+
+// placeResidents publishes b's KV size (0: unknown) and places k prompt
+// groups of n blocks on it, in its prefix index and its capacity model.
+func placeResidents(b *Backend, cacheTokens float64, k, n int) {
+	es := UnknownEngineStats()
+	if cacheTokens > 0 {
+		es.CacheTokens = cacheTokens
+	}
+	b.SetEngineStats(es)
+	for g := range k {
+		blocks := blocksOf(strings.Repeat(fmt.Sprint("resident ", g, " "), 200))[:n]
+		b.Prefix().InsertRoot(blocks)
+		b.caps.insertRoot(blocks)
+	}
+}
+
 // A request whose home holds most of its prompt leaves that slower home
 // for a backend holding none of it only where the destination's cache
 // has room for it (fillLimit): moved into a full cache, its prompt group
@@ -335,9 +356,7 @@ func TestSLOAffinityNewGroupRoom(t *testing.T) {
 // home holds under half) and a home past its slots (queuedSpill: the
 // request would wait there for one) are not held back.
 func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
-	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
-	n := len(prompt)
-	group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("resident ", g, " "), 200)) }
+	prompt, n := spillPrompt()
 	for _, tt := range []struct {
 		name         string
 		cacheTokens  float64 // the destination's published KV (0: unknown)
@@ -370,16 +389,7 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 				train(bs[0], 200, 0.2, 2e-4, rng) // a much slower home
 			}
 			train(bs[1], 200, 0.02, 2e-5, rng)
-			es := UnknownEngineStats()
-			if tt.cacheTokens > 0 {
-				es.CacheTokens = tt.cacheTokens
-			}
-			bs[1].SetEngineStats(es)
-			for g := range tt.residents {
-				blocks := group(g)[:n]
-				bs[1].Prefix().InsertRoot(blocks)
-				bs[1].caps.insertRoot(blocks)
-			}
+			placeResidents(bs[1], tt.cacheTokens, tt.residents, n)
 			if tt.holdsPart {
 				bs[1].Prefix().Insert(prompt[:n/2])
 				bs[1].caps.insert(prompt[:n/2])
@@ -405,9 +415,7 @@ func TestSLOAffinitySpillNeedsRoom(t *testing.T) {
 // prefill stays (37 + 37 > 52); into a cache with room, or of unknown
 // size, it leaves.
 func TestSLOAffinityEvictionPrice(t *testing.T) {
-	prompt := blocksOf(strings.Repeat("shared system prompt ", 100))
-	n := len(prompt)
-	group := func(g int) []uint64 { return blocksOf(strings.Repeat(fmt.Sprint("resident ", g, " "), 200)) }
+	prompt, n := spillPrompt()
 	for _, tt := range []struct {
 		name         string
 		cacheTokens  float64 // the destination's published KV (0: unknown)
@@ -422,16 +430,7 @@ func TestSLOAffinityEvictionPrice(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			train(bs[0], 200, 0.05, 2e-5, rng)
 			train(bs[1], 200, 0.025, 2e-5, rng)
-			es := UnknownEngineStats()
-			if tt.cacheTokens > 0 {
-				es.CacheTokens = tt.cacheTokens
-			}
-			bs[1].SetEngineStats(es)
-			for g := range 3 {
-				blocks := group(g)[:n]
-				bs[1].Prefix().InsertRoot(blocks)
-				bs[1].caps.insertRoot(blocks)
-			}
+			placeResidents(bs[1], tt.cacheTokens, 3, n)
 			bs[0].Prefix().Insert(prompt)
 			tk := pickPrompt(t, bs, newClock().now, prompt, 45*time.Millisecond)
 			if tk.Backend.Name() != tt.want || tk.Reason != tt.reason {
