@@ -183,8 +183,10 @@ func (p *sloAffinityPicker) Pick(cy *Cycle, cands []Candidate, scores []float64)
 	// five, and its misses, each a full prefill shared with others, were
 	// the P99 (docs/routing-evaluation.md, "Room for new groups, and the
 	// price of an eviction").
-	if f := a.b.caps.fill(len(cy.req.Blocks)); scores[aff] == 0 && slack == 0 && a.meetP >= spillBelow && f > 0 && f <= fillLimit {
-		return aff, stayReason(a, 0)
+	if scores[aff] == 0 && slack == 0 && a.meetP >= spillBelow {
+		if f := a.b.caps.fill(len(cy.req.Blocks)); f > 0 && f <= fillLimit {
+			return aff, stayReason(a, 0)
+		}
 	}
 	if to := queuedSpill(cands, aff, scores, cy.req.SLO); to >= 0 {
 		return to, ReasonHeadroom
