@@ -280,6 +280,59 @@ func unseenFleets6() []Fleet {
 	}
 }
 
+// unseenFleets7 is a seventh set, written on 2026-12-06 (eighth session)
+// with the stand-in's outages and refusals, and committed before any run
+// of it. Every set before kept every backend up and answering: a user's
+// fleet restarts engines (a crash, a rolling deploy), adds replicas that
+// come up cold, and has engines that refuse some requests under load. A
+// restart empties an engine's cache, so what the gateway believes each
+// backend holds is wrong from then on until it hears otherwise (from the
+// engine's metrics, or only from the cached tokens answers report where
+// it publishes none).
+func unseenFleets7() []Fleet {
+	sb := standinBase
+	wl := baseWorkload()
+	down := func(c standin.Config, at, dur time.Duration) standin.Config {
+		c.DownAt, c.DownFor = at, dur
+		return c
+	}
+	quiet := func(cs []standin.Config) []standin.Config {
+		for i := range cs {
+			cs[i].NoMetrics = true
+		}
+		return cs
+	}
+	restart := smallCacheStandIns()
+	restart[0] = down(restart[0], 1200*time.Millisecond, 300*time.Millisecond)
+	restartQuiet := quiet(smallCacheStandIns())
+	restartQuiet[0] = down(restartQuiet[0], 1200*time.Millisecond, 300*time.Millisecond)
+	late := smallCacheStandIns()
+	late[1] = down(late[1], 0, time.Second)
+	var rolling []standin.Config
+	for i, c := range []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)} {
+		rolling = append(rolling, down(c, time.Duration(700+400*i)*time.Millisecond, 200*time.Millisecond))
+	}
+	flaky := smallCacheStandIns()
+	flaky[0].ErrorShare = 0.1
+	two := wl
+	two.Groups, two.Concurrency = 8, 6
+	return []Fleet{
+		{Name: "restart-fast", About: "the small-cache fleet; a fast stand-in down at 1.2 s for 300 ms, back with an empty cache",
+			StandIns: restart, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "restart-no-metrics", About: "restart-fast with stand-ins that publish no metrics: the restart shows only in the cached tokens answers report",
+			StandIns: restartQuiet, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "late-joiner", About: "the small-cache fleet with a fast stand-in that comes up 1 s after the others, cold",
+			StandIns: late, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "rolling-restart", About: "4 stand-ins (two 2×) of 128 blocks restarted in turn, each down 200 ms, from 0.7 s every 0.4 s",
+			StandIns: rolling, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "flaky-fast", About: "the small-cache fleet; a fast stand-in answers 10 % of requests 503 at once",
+			StandIns: flaky, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "two-restart", About: "2 stand-ins (one 2×) of 96 blocks, 8 groups; the fast one down at 1 s for 300 ms",
+			StandIns: []standin.Config{down(sb("fast", 96, 2), time.Second, 300*time.Millisecond), sb("slow", 96, 1)},
+			Workload: two, SLO: 60 * time.Millisecond, CacheMatters: true},
+	}
+}
+
 // withSlots is c with n slots.
 func withSlots(c standin.Config, n int) standin.Config {
 	c.Slots = n
@@ -294,7 +347,7 @@ func withSlots(c standin.Config, n int) standin.Config {
 //
 //	LIVEEVAL_UNSEEN=6 go test ./internal/gateway/liveeval -run TestUnseenFleets -v -timeout 30m
 //
-// LIVEEVAL_UNSEEN_SET=2 to 6 runs the second to sixth set instead.
+// LIVEEVAL_UNSEEN_SET=2 to 7 runs the second to seventh set instead.
 // LIVEEVAL_UNSEEN_FLEETS and LIVEEVAL_UNSEEN_POLICIES (comma-separated)
 // run fewer, for comparing two builds side by side; the verdicts then
 // compare the default with the single signals among those run.
@@ -323,8 +376,10 @@ func TestUnseenFleets(t *testing.T) {
 		fleets = unseenFleets5()
 	case "6":
 		fleets = unseenFleets6()
+	case "7":
+		fleets = unseenFleets7()
 	default:
-		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1 to 6", v)
+		t.Fatalf("LIVEEVAL_UNSEEN_SET=%q: want 1 to 7", v)
 	}
 	if v := os.Getenv("LIVEEVAL_UNSEEN_FLEETS"); v != "" {
 		want := strings.Split(v, ",")

@@ -14,7 +14,11 @@
 // the slots' independence and the fleet's nearness: prefills that share
 // one processor (n prefilling at once each run at 1/n speed, as prefills
 // batched into one GPU's steps do) and a network round trip in front of
-// the server (a replica in another zone).
+// the server (a replica in another zone). Two more make it fail as
+// engines do: an outage (requests in flight cut, connections refused,
+// then back as a restarted engine with an empty cache and counters from
+// zero; or a replica that comes up late) and a share of requests refused
+// with 503.
 //
 // Each request that gets its first token is recorded (Server.Served): its
 // X-Request-Id, its wait for a slot and its TTFT as the server paid it, so

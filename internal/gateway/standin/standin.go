@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -61,6 +62,17 @@ type Config struct {
 	// LateHeaders sends a stream's response headers with its first
 	// token, as Ollama does, instead of once the request is parsed.
 	LateHeaders bool
+	// DownFor, when positive, is an outage: from DownAt after Start the
+	// server is gone — requests in flight cut, connections refused — for
+	// DownFor, then it is back on the same address as a restarted engine
+	// would be: an empty cache, its published counters from zero, a new
+	// process start time. DownAt 0 is a replica that comes up DownFor
+	// after the others (a scale-out, or a slow start).
+	DownAt, DownFor time.Duration
+	// ErrorShare of the chat requests are answered 503 at once, before
+	// any work (an engine shedding load, or failing now and then),
+	// drawn from a generator seeded by Name.
+	ErrorShare float64
 }
 
 // WithDefaults is c with its zero fields at their defaults, as Start
@@ -149,6 +161,12 @@ type Server struct {
 	stats   Stats
 	served  []Served         // every request that got its first token, in that order
 	prefill *sharedProcessor // nil unless SharedPrefill
+	// since is the counters as they stood at the last restart: what the
+	// engine publishes counts from there (Stats counts the whole run).
+	since   Stats
+	started time.Time // the process start time published
+	closed  bool      // Close was called: an outage does not come back
+	rng     *rand.Rand
 }
 
 // Start listens on a loopback port and serves cfg's model until ctx ends
@@ -160,26 +178,89 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("stand-in %s: listening: %w", cfg.Name, err)
 	}
 	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), origin: time.Now()}
+	s.started = s.origin
+	s.rng = rand.New(rand.NewPCG(xxhash.Sum64String(cfg.Name), 0x5eed))
 	if cfg.CacheBlocks > 0 {
 		s.cache = lru.NewSet[uint64](cfg.CacheBlocks)
 	}
 	if cfg.SharedPrefill {
 		s.prefill = newSharedProcessor()
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	mux.HandleFunc("GET /v1/models", s.models)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	if !cfg.NoMetrics {
-		mux.HandleFunc("GET /metrics", s.metrics)
+	s.srv = s.newHTTPServer()
+	if cfg.DownFor > 0 && cfg.DownAt <= 0 {
+		// Not up yet: nothing listens on the address until the outage
+		// ends.
+		_ = ln.Close()
+	} else {
+		go func() { _ = s.srv.Serve(ln) }()
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.srv.Serve(ln) }()
+	if cfg.DownFor > 0 {
+		go s.outage(ctx)
+	}
 	go func() {
 		<-ctx.Done()
 		_ = s.Close()
 	}()
 	return s, nil
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	if !s.cfg.NoMetrics {
+		mux.HandleFunc("GET /metrics", s.metrics)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// outage takes the server down at DownAt and brings it back, restarted,
+// DownFor later (Config.DownFor).
+func (s *Server) outage(ctx context.Context) {
+	if s.cfg.DownAt > 0 {
+		if !sleep(ctx, s.cfg.DownAt) {
+			return
+		}
+		s.mu.Lock()
+		srv := s.srv
+		s.mu.Unlock()
+		// Cuts the requests in flight: their handlers' contexts end, so
+		// they leave their slots and the queue as a dead process's would.
+		_ = srv.Close()
+	}
+	if !sleep(ctx, s.cfg.DownFor) {
+		return
+	}
+	addr := strings.TrimPrefix(s.url, "http://")
+	var ln net.Listener
+	var err error
+	for range 50 { // the port is ours; a moment's wait if the kernel still holds it
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		if !sleep(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
+	if err != nil {
+		return // stays down: the run sees a dead backend
+	}
+	srv := s.newHTTPServer()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return
+	}
+	if s.cfg.CacheBlocks > 0 {
+		s.cache = lru.NewSet[uint64](s.cfg.CacheBlocks)
+	}
+	s.since = s.stats
+	s.started = time.Now()
+	s.srv = srv
+	s.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
 }
 
 // StartFleet starts one server per config; on an error it closes those
@@ -206,7 +287,13 @@ func (s *Server) URL() string { return s.url }
 func (s *Server) Config() Config { return s.cfg }
 
 // Close stops the server, cutting requests in flight.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	srv := s.srv
+	s.mu.Unlock()
+	return srv.Close()
+}
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
@@ -384,6 +471,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
+	if s.cfg.ErrorShare > 0 {
+		s.mu.Lock()
+		fail := s.rng.Float64() < s.cfg.ErrorShare
+		s.mu.Unlock()
+		if fail {
+			httpError(w, http.StatusServiceUnavailable, "stand-in "+s.cfg.Name+": overloaded, try again")
+			return
+		}
+	}
 	if req.Model != "" && req.Model != s.cfg.Model {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("model %q not served (this is %q)", req.Model, s.cfg.Model))
 		return
@@ -528,11 +624,14 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	st := s.Stats()
 	used := 0
+	s.mu.Lock()
 	if s.cache != nil {
-		s.mu.Lock()
 		used = s.cache.Len()
-		s.mu.Unlock()
 	}
+	since, started := s.since, s.started
+	s.mu.Unlock()
+	st.QueriedChars -= since.QueriedChars
+	st.HitChars -= since.HitChars
 	usage := 0.0
 	if s.cfg.CacheBlocks > 0 {
 		usage = float64(used) / float64(s.cfg.CacheBlocks)
@@ -545,4 +644,5 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total%s %d\n", lbl, st.QueriedChars/4)
 	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total%s %d\n", lbl, st.HitChars/4)
 	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n", s.cfg.BlockChars/4, s.cfg.CacheBlocks)
+	fmt.Fprintf(w, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.3f\n", float64(started.UnixNano())/1e9)
 }
