@@ -88,6 +88,7 @@ func (g *Gateway) checkAll(st *state, fails map[string]int) {
 			}
 			fails[r.name] = 0
 			u.sb.SetHealthy(true)
+			u.sb.HealthCheckPassed(time.Now())
 			continue
 		}
 		fails[r.name]++

@@ -475,3 +475,41 @@ func TestConfigPanicThresholdAndResponseTimeout(t *testing.T) {
 		t.Fatalf("panic_threshold 50: %v", err)
 	}
 }
+
+// A backend whose breaker failures opened is back in rotation as soon as
+// an active health check answers, not at the end of the breaker's
+// cooldown (2 s at first, doubling to 30 s): an engine restart shorter
+// than the cooldown kept its backend out for the rest of it.
+func TestHealthCheckEndsBreakerCooldown(t *testing.T) {
+	a, b := newTestBackend(t, "a", 0), newTestBackend(t, "b", 0)
+	cfg := testCfg(a, b)
+	cfg.Health.Interval = Duration(50 * time.Millisecond)
+	cfg.Health.Failures = 1000 // only the breaker takes a out
+	cfg.Retry.Budget = 1
+	g, url := startGateway(t, cfg, Options{})
+	a.stop()
+	for i := range 12 { // round-robin: six tries of a, each retried on b
+		if code, _, body := send(t, url, false, ""); code != 200 {
+			t.Fatalf("request %d with a down: status %d %s", i, code, body)
+		}
+	}
+	ba := g.Scheduler().Backends()[0]
+	if st := ba.BreakerState(time.Now()); st != sched.BreakerOpen {
+		t.Fatalf("a's breaker is %d after five failures, want open", st)
+	}
+	a.start(t)
+	restarted := time.Now()
+	before := a.hits.Load()
+	for a.hits.Load() == before {
+		if time.Since(restarted) > time.Second {
+			t.Fatalf("a served nothing within 1 s of answering health checks every 50 ms (breaker %d; its cooldown is 2 s)", ba.BreakerState(time.Now()))
+		}
+		if code, _, body := send(t, url, false, ""); code != 200 {
+			t.Fatalf("after a's restart: status %d %s", code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := ba.BreakerState(time.Now()); st != sched.BreakerClosed {
+		t.Fatalf("a's breaker is %d after its trial succeeded, want closed", st)
+	}
+}

@@ -38,7 +38,11 @@ type boundReq struct {
 }
 
 type boundBackend struct {
-	cfg     standin.Config
+	cfg standin.Config
+	// arrived is how many requests the fleet has been sent, the clock
+	// the stand-ins' events are set on (standin.Config.DriftAfter); nil
+	// is none.
+	arrived *int
 	cache   *lru.Set[uint64]
 	running int
 	queue   []*boundReq
@@ -55,10 +59,11 @@ func newBoundBackend(c standin.Config) *boundBackend {
 	return b
 }
 
-// factor is the stand-in's time factor at t (ms since the fleet started).
+// factor is the stand-in's time factor at t (ms since the fleet
+// started): its drift is set on the requests sent, not on t.
 func (b *boundBackend) factor(t float64) float64 {
 	f := 1 / b.cfg.Speed
-	if b.cfg.DriftAt > 0 && t >= ms(b.cfg.DriftAt) {
+	if b.cfg.DriftAfter > 0 && b.arrived != nil && *b.arrived >= b.cfg.DriftAfter {
 		f *= b.cfg.DriftFactor
 	}
 	return f
@@ -174,13 +179,14 @@ func boundRequests(t testing.TB, f Fleet, seed uint64) (reqs []*boundReq, prefix
 func boundRun(t testing.TB, f Fleet, seed uint64, pol func(prefix [][]uint64) boundPolicy) []float64 {
 	reqs, prefix := boundRequests(t, f, seed)
 	p := pol(prefix)
+	next := 0
 	bs := make([]*boundBackend, len(f.StandIns))
 	for i, c := range f.StandIns {
 		bs[i] = newBoundBackend(c)
+		bs[i].arrived = &next
 	}
 	var ends schedHeap // end events only
 	var ttfts []float64
-	next := 0
 	start := func(b int, now float64) {
 		be := bs[b]
 		for be.running < be.cfg.Slots && len(be.queue) > 0 {
@@ -514,8 +520,10 @@ func boundDynamic(place string, sigma, fill float64) func([][]uint64) boundPolic
 func TestBoundModelIsTheStandIns(t *testing.T) {
 	c := standin.Config{BlockChars: 256, CacheBlocks: 64, Slots: 1, Overhead: 2 * time.Millisecond,
 		PrefillPerKChar: 10 * time.Millisecond, DecodePerToken: 2 * time.Millisecond, Speed: 2,
-		DriftAt: 100 * time.Millisecond, DriftFactor: 3}
+		DriftAfter: 10, DriftFactor: 3}
 	b := newBoundBackend(c)
+	arrived := 0
+	b.arrived = &arrived
 	blocks := []uint64{1, 2, 3, 4}
 	r := &boundReq{chars: 1100, out: 5, blocks: blocks}
 	if got, want := b.ttft(0, r), (2+10*1.1)/2; math.Abs(got-want) > 1e-9 {
@@ -532,6 +540,7 @@ func TestBoundModelIsTheStandIns(t *testing.T) {
 		t.Errorf("behind a full slot: %v ms, want %v", got, want)
 	}
 	b.running, b.ends = 0, nil
+	arrived = 10
 	if got, want := b.ttft(150, r), (2+10*0.076)/2*3; math.Abs(got-want) > 1e-9 {
 		t.Errorf("after the drift: %v ms, want %v", got, want)
 	}

@@ -149,9 +149,10 @@ func Fleets() []Fleet {
 		Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: false,
 	})
 	drift := []standin.Config{sb("a", 128, 1), sb("b", 128, 1), sb("c", 128, 1), sb("d", 128, 1)}
-	drift[0].DriftAt, drift[0].DriftFactor = 1500*time.Millisecond, 3
+	// From the 200th request on: the first quarter of the scored ones.
+	drift[0].DriftAfter, drift[0].DriftFactor = 200, 3
 	fleets = append(fleets, Fleet{
-		Name: "drift", About: "4 equal stand-ins (128 blocks), one 3× slower from 1.5 s on",
+		Name: "drift", About: "4 equal stand-ins (128 blocks), one 3× slower from the 200th request on",
 		StandIns: drift, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true,
 	})
 	bursty := wl
@@ -301,9 +302,11 @@ func PredictorFleets() []Fleet {
 	w := baseWorkload()
 	w.Requests, w.Concurrency, w.Rate, w.Arrival, w.Burstiness = 600, 64, 150, "gamma", 0.25
 	ss := smallCacheStandIns()
-	ss[0].DriftAt, ss[0].DriftFactor = 2*time.Second, 3
+	// From the 350th request on, about 2 s into the run (it was set
+	// at 2 s until 2026-12-06).
+	ss[0].DriftAfter, ss[0].DriftFactor = 350, 3
 	return append(out, Fleet{
-		Name: "volatile", About: "small-cache fleet, gamma arrivals (150 req/s, CoV 2), a fast backend 3× slower from 2 s on",
+		Name: "volatile", About: "small-cache fleet, gamma arrivals (150 req/s, CoV 2), a fast backend 3× slower from the 350th request on",
 		StandIns: ss, Workload: w, SLO: 60 * time.Millisecond, CacheMatters: true,
 	})
 }

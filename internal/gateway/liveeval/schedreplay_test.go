@@ -88,8 +88,10 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 	bs := make([]*boundBackend, len(f.StandIns))
 	sbs := make([]*sched.Backend, len(f.StandIns))
 	idx := map[*sched.Backend]int{}
+	next := 0
 	for i, c := range f.StandIns {
 		bs[i] = newBoundBackend(c)
+		bs[i].arrived = &next
 		sbs[i] = sched.NewBackend(sched.BackendSpec{Name: fmt.Sprintf("b%d", i)})
 		idx[sbs[i]] = i
 	}
@@ -156,7 +158,6 @@ func schedRun(t testing.TB, f Fleet, seed uint64, policy string) []float64 {
 			}
 		}
 	}
-	next := 0
 	send := func() {
 		if next >= len(reqs) {
 			return

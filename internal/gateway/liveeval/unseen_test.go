@@ -64,7 +64,10 @@ func unseenFleets2() []Fleet {
 	tiers := wl
 	tiers.Groups, tiers.PrefixChars, tiers.Concurrency = 20, 3072, 14
 	drift := []standin.Config{sb("fast", 256, 96, 4, 2), sb("a", 256, 96, 4, 1), sb("b", 256, 96, 4, 1), sb("c", 256, 96, 4, 1)}
-	drift[0].DriftAt, drift[0].DriftFactor = time.Second, 4
+	// Set at 1 s until 2026-12-06, after the end of most runs of the
+	// policies that beat round-robin (docs/routing-evaluation.md,
+	// "Events on the requests' clock").
+	drift[0].DriftAfter, drift[0].DriftFactor = 200, 4
 	bursty := wl
 	bursty.Groups, bursty.PrefixChars = 24, 3072
 	bursty.Concurrency, bursty.Rate, bursty.Arrival, bursty.Burstiness = 48, 100, "gamma", 0.3
@@ -80,7 +83,7 @@ func unseenFleets2() []Fleet {
 		{Name: "two-fast-3x", About: "two 3× stand-ins with 64-block caches beside three 1× with 160; 20 groups of 3 KiB, concurrency 14",
 			StandIns: []standin.Config{sb("f1", 256, 64, 4, 3), sb("f2", 256, 64, 4, 3), sb("s1", 256, 160, 4, 1), sb("s2", 256, 160, 4, 1), sb("s3", 256, 160, 4, 1)},
 			Workload: tiers, SLO: 50 * time.Millisecond, CacheMatters: true},
-		{Name: "drift-fast", About: "a 2× stand-in 4× slower from 1 s on beside three 1×, 96 blocks each",
+		{Name: "drift-fast", About: "a 2× stand-in 4× slower from the 200th request on beside three 1×, 96 blocks each",
 			StandIns: drift, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
 		{Name: "bursty-six", About: "6 stand-ins (2×, 1.5×, three 1×, 0.75×) of 2 slots and 40 blocks of 512 chars; 24 groups of 3 KiB; gamma arrivals at 100 req/s (shape 0.3)",
 			StandIns: six, Workload: bursty, SLO: 80 * time.Millisecond, CacheMatters: true},
@@ -199,7 +202,8 @@ func unseenFleets5() []Fleet {
 	suffixes := wl
 	suffixes.PrefixChars, suffixes.SuffixMin, suffixes.SuffixMax, suffixes.Concurrency = 2048, 2000, 6000, 10
 	drift := []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)}
-	drift[0].DriftAt, drift[0].DriftFactor = time.Second, 3
+	// Set at 1 s until 2026-12-06 (as drift-fast's).
+	drift[0].DriftAfter, drift[0].DriftFactor = 200, 3
 	driftWl := wl
 	driftWl.OutputTokens, driftWl.Concurrency = 32, 14
 	open := wl
@@ -219,7 +223,7 @@ func unseenFleets5() []Fleet {
 		{Name: "long-suffixes", About: "4 stand-ins (two 2×) of 128 blocks; 16 groups of 2 KiB prefixes before 2–6 KiB unique messages, concurrency 10",
 			StandIns: []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)},
 			Workload: suffixes, SLO: 100 * time.Millisecond, CacheMatters: true},
-		{Name: "drift-long-answers", About: "4 stand-ins (two 2×) of 128 blocks, one fast one 3× slower from 1 s on; 32-token answers, concurrency 14",
+		{Name: "drift-long-answers", About: "4 stand-ins (two 2×) of 128 blocks, one fast one 3× slower from the 200th request on; 32-token answers, concurrency 14",
 			StandIns: drift, Workload: driftWl, SLO: 80 * time.Millisecond, CacheMatters: true},
 		{Name: "poisson-answers", About: "4 equal stand-ins of 4 slots and 128 blocks; Poisson 150 req/s, answers of 8–48 tokens",
 			StandIns: []standin.Config{sb("a", 128, 1), sb("b", 128, 1), sb("c", 128, 1), sb("d", 128, 1)},
@@ -292,8 +296,17 @@ func unseenFleets6() []Fleet {
 func unseenFleets7() []Fleet {
 	sb := standinBase
 	wl := baseWorkload()
-	down := func(c standin.Config, at, dur time.Duration) standin.Config {
-		c.DownAt, c.DownFor = at, dur
+	// Outages are set on the fleet's arrivals (standin.Config.UpAfter),
+	// as drifts are. The runs are longer than the suite's: an outage
+	// must outlast the gateway's health interval (1 s here, 5 s by
+	// default) as an engine's restart (a minute) does, and the run go on
+	// for as long after it, for what follows a restart to count. At the
+	// default's pace (about 800 requests a second here) 600 requests
+	// are 0.75 s; at round-robin's, 2 s.
+	long := wl
+	long.Requests = 2000
+	down := func(c standin.Config, at, up int) standin.Config {
+		c.DownAfter, c.UpAfter = at, up
 		return c
 	}
 	quiet := func(cs []standin.Config) []standin.Config {
@@ -303,32 +316,32 @@ func unseenFleets7() []Fleet {
 		return cs
 	}
 	restart := smallCacheStandIns()
-	restart[0] = down(restart[0], 1200*time.Millisecond, 300*time.Millisecond)
+	restart[0] = down(restart[0], 600, 1200)
 	restartQuiet := quiet(smallCacheStandIns())
-	restartQuiet[0] = down(restartQuiet[0], 1200*time.Millisecond, 300*time.Millisecond)
+	restartQuiet[0] = down(restartQuiet[0], 600, 1200)
 	late := smallCacheStandIns()
-	late[1] = down(late[1], 0, time.Second)
+	late[1] = down(late[1], 0, 600)
 	var rolling []standin.Config
 	for i, c := range []standin.Config{sb("fast-a", 128, 2), sb("fast-b", 128, 2), sb("slow-a", 128, 1), sb("slow-b", 128, 1)} {
-		rolling = append(rolling, down(c, time.Duration(700+400*i)*time.Millisecond, 200*time.Millisecond))
+		rolling = append(rolling, down(c, 300+400*i, 600+400*i))
 	}
 	flaky := smallCacheStandIns()
 	flaky[0].ErrorShare = 0.1
-	two := wl
+	two := long
 	two.Groups, two.Concurrency = 8, 6
 	return []Fleet{
-		{Name: "restart-fast", About: "the small-cache fleet; a fast stand-in down at 1.2 s for 300 ms, back with an empty cache",
-			StandIns: restart, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "restart-fast", About: "the small-cache fleet, 2,000 scored requests; a fast stand-in down from the 600th request to the 1,200th, back with an empty cache",
+			StandIns: restart, Workload: long, SLO: 60 * time.Millisecond, CacheMatters: true},
 		{Name: "restart-no-metrics", About: "restart-fast with stand-ins that publish no metrics: the restart shows only in the cached tokens answers report",
-			StandIns: restartQuiet, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
-		{Name: "late-joiner", About: "the small-cache fleet with a fast stand-in that comes up 1 s after the others, cold",
-			StandIns: late, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
-		{Name: "rolling-restart", About: "4 stand-ins (two 2×) of 128 blocks restarted in turn, each down 200 ms, from 0.7 s every 0.4 s",
-			StandIns: rolling, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
-		{Name: "flaky-fast", About: "the small-cache fleet; a fast stand-in answers 10 % of requests 503 at once",
-			StandIns: flaky, Workload: wl, SLO: 60 * time.Millisecond, CacheMatters: true},
-		{Name: "two-restart", About: "2 stand-ins (one 2×) of 96 blocks, 8 groups; the fast one down at 1 s for 300 ms",
-			StandIns: []standin.Config{down(sb("fast", 96, 2), time.Second, 300*time.Millisecond), sb("slow", 96, 1)},
+			StandIns: restartQuiet, Workload: long, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "late-joiner", About: "the small-cache fleet, 2,000 scored requests; a fast stand-in comes up, cold, at the 600th",
+			StandIns: late, Workload: long, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "rolling-restart", About: "4 stand-ins (two 2×) of 128 blocks, 2,000 scored requests; each restarted in turn, down for 300 requests, from the 300th every 400",
+			StandIns: rolling, Workload: long, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "flaky-fast", About: "the small-cache fleet, 2,000 scored requests; a fast stand-in answers 10 % of requests 503 at once",
+			StandIns: flaky, Workload: long, SLO: 60 * time.Millisecond, CacheMatters: true},
+		{Name: "two-restart", About: "2 stand-ins (one 2×) of 96 blocks, 8 groups, 2,000 scored requests; the fast one down from the 600th request to the 1,200th",
+			StandIns: []standin.Config{down(sb("fast", 96, 2), 600, 1200), sb("slow", 96, 1)},
 			Workload: two, SLO: 60 * time.Millisecond, CacheMatters: true},
 	}
 }

@@ -206,6 +206,26 @@ func (b *Backend) claim(now time.Time) (trial, probe bool) {
 	return b.breaker.claim(now), b.demotion.claim(now)
 }
 
+// HealthCheckPassed tells the backend that an active health check
+// answered. A breaker that failures opened then lets its trial through
+// at once instead of at the end of its cooldown, as Envoy un-ejects a
+// host that passes an active check (successful_active_health_check_
+// uneject_host). The cooldown doubles with each failed trial, up to
+// breakerMaxCooldown, so an engine restarting for a minute left its
+// backend out of rotation up to 30 s after it answered again; and a
+// restart shorter than the first cooldown kept it out for the rest of
+// that cooldown (fleets restart-fast, late-joiner and rolling-restart:
+// docs/routing-evaluation.md, "A seventh held-out set"). The trial still
+// decides: a backend whose health endpoint answers while its requests
+// fail goes back to its cooldown, doubled.
+func (b *Backend) HealthCheckPassed(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.breaker.at(now) == coolOpen {
+		b.breaker.until = now
+	}
+}
+
 // reportOutcome feeds the breaker: ok=false is a transport failure or 5xx.
 func (b *Backend) reportOutcome(now time.Time, ok, trial bool) {
 	b.mu.Lock()

@@ -2,6 +2,7 @@ package standin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,12 +15,16 @@ import (
 	"time"
 )
 
+// fresh connects anew for every request: a pooled connection to a server
+// that has since gone down fails otherwise than a refused one would.
+var fresh = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // post sends one non-streamed chat request; the status, or the error
 // when no answer came.
 func post(url, system string) (int, error) {
 	body, _ := json.Marshal(map[string]any{"model": "standin", "max_tokens": 1,
 		"messages": []map[string]any{{"role": "system", "content": system}, {"role": "user", "content": "x"}}})
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	resp, err := fresh.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -31,7 +36,7 @@ func post(url, system string) (int, error) {
 // metric reads one unlabelled or labelled sample's value from /metrics.
 func metric(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
+	resp, err := fresh.Get(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +58,7 @@ func waitUp(t *testing.T, url string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url + "/health"); err == nil {
+		if resp, err := fresh.Get(url + "/health"); err == nil {
 			resp.Body.Close()
 			return
 		}
@@ -64,11 +69,20 @@ func waitUp(t *testing.T, url string, within time.Duration) {
 
 // TestOutageRestartsEmpty: an outage cuts the request in flight, refuses
 // connections while it lasts, and the server comes back as a restarted
-// engine: nothing cached, counters from zero, a new start time.
+// engine: nothing cached, counters from zero, a new start time. Its ends
+// count the fleet's arrivals: the other server's requests bring it back.
 func TestOutageRestartsEmpty(t *testing.T) {
 	prompt := strings.Repeat("p", 2048)
-	s := start(t, Config{Name: "r", CacheBlocks: 64, Overhead: time.Millisecond, DecodePerToken: 40 * time.Millisecond,
-		DownAt: 300 * time.Millisecond, DownFor: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss, err := StartFleet(ctx, []Config{
+		{Name: "r", CacheBlocks: 64, Overhead: time.Millisecond, DecodePerToken: 40 * time.Millisecond, DownAfter: 3, UpAfter: 5},
+		{Name: "other"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, other := ss[0], ss[1]
 	if st, err := post(s.URL(), prompt); err != nil || st != 200 {
 		t.Fatalf("before the outage: %d, %v", st, err)
 	}
@@ -80,10 +94,11 @@ func TestOutageRestartsEmpty(t *testing.T) {
 	if hitsBefore == 0 {
 		t.Fatal("the second request found nothing cached")
 	}
-	// A long answer running when the outage comes is cut.
+	// A long answer (2 s), the third arrival, is cut by the outage it
+	// starts.
 	body, _ := json.Marshal(map[string]any{"model": "standin", "stream": true, "max_tokens": 50,
 		"messages": []map[string]any{{"role": "user", "content": "long"}}})
-	resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	resp, err := fresh.Post(s.URL()+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +107,21 @@ func TestOutageRestartsEmpty(t *testing.T) {
 	if err == nil {
 		t.Fatal("a 2 s answer in flight at the outage ended cleanly")
 	}
-	_, err = post(s.URL(), prompt)
-	if !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("during the outage: %v, want connection refused", err)
+	for range 3 {
+		_, err = post(s.URL(), prompt)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("during the outage: %v, want connection refused", err)
+		}
+	}
+	if _, err := post(other.URL(), "x"); err != nil { // the fourth
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := post(s.URL(), prompt); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("four arrivals in, before UpAfter's five: %v, want connection refused", err)
+	}
+	if _, err := post(other.URL(), "x"); err != nil { // the fifth
+		t.Fatal(err)
 	}
 	waitUp(t, s.URL(), time.Second)
 	if h := metric(t, s.URL(), "vllm:prefix_cache_hits_total"); h != 0 {
@@ -114,11 +141,26 @@ func TestOutageRestartsEmpty(t *testing.T) {
 	}
 }
 
-// TestDownAtStart: DownAt 0 is a replica that comes up late.
+// TestDownAtStart: DownAfter 0 is a replica that comes up late, once the
+// fleet has taken UpAfter requests.
 func TestDownAtStart(t *testing.T) {
-	s := start(t, Config{Name: "late", DownFor: 150 * time.Millisecond})
-	if _, err := post(s.URL(), "x"); !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("before it came up: %v, want connection refused", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss, err := StartFleet(ctx, []Config{{Name: "late", UpAfter: 2}, {Name: "up"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ss[0]
+	for i := range 2 {
+		if _, err := post(s.URL(), "x"); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("before it came up: %v, want connection refused", err)
+		}
+		if _, err := post(ss[1].URL(), "x"); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	waitUp(t, s.URL(), time.Second)
 	if st, err := post(s.URL(), "x"); err != nil || st != 200 {

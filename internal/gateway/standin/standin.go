@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -42,9 +43,17 @@ type Config struct {
 	DecodePerToken time.Duration
 	// Speed divides every cost (default 1; 2 is twice as fast).
 	Speed float64
-	// DriftAt, when positive, is the time after Start from which every
-	// cost is multiplied by DriftFactor (a backend that slows mid-run).
-	DriftAt     time.Duration
+	// DriftAfter, when positive, is when every cost starts being
+	// multiplied by DriftFactor (a backend that slows mid-run): once
+	// the fleet (the servers StartFleet started together) has received
+	// that many chat requests. A count, not a time, so that every
+	// policy run on the same requests meets the drift at the same point
+	// of them: a fast policy gets through a fixed number of requests
+	// sooner, and an event set at a time would come after its run had
+	// ended (as it did, until 2026-12-06, on every policy that beat
+	// round-robin well: docs/routing-evaluation.md, "Events on the
+	// requests' clock").
+	DriftAfter  int
 	DriftFactor float64
 	// NoMetrics turns /metrics off (an engine that publishes nothing).
 	NoMetrics bool
@@ -62,13 +71,15 @@ type Config struct {
 	// LateHeaders sends a stream's response headers with its first
 	// token, as Ollama does, instead of once the request is parsed.
 	LateHeaders bool
-	// DownFor, when positive, is an outage: from DownAt after Start the
-	// server is gone — requests in flight cut, connections refused — for
-	// DownFor, then it is back on the same address as a restarted engine
-	// would be: an empty cache, its published counters from zero, a new
-	// process start time. DownAt 0 is a replica that comes up DownFor
-	// after the others (a scale-out, or a slow start).
-	DownAt, DownFor time.Duration
+	// UpAfter, when positive, is an outage: once the fleet has received
+	// DownAfter chat requests the server is gone — requests in flight
+	// cut, connections refused — and once it has received UpAfter (the
+	// others took them) it is back on the same address as a restarted
+	// engine would be: an empty cache, its published counters from
+	// zero, a new process start time. DownAfter 0 is a replica that
+	// comes up late (a scale-out, or a slow start). Counts, as for
+	// DriftAfter.
+	DownAfter, UpAfter int
 	// ErrorShare of the chat requests are answered 503 at once, before
 	// any work (an engine shedding load, or failing now and then),
 	// drawn from a generator seeded by Name.
@@ -148,11 +159,11 @@ func (s Stats) HitRate() float64 {
 
 // Server is one running stand-in backend.
 type Server struct {
-	cfg    Config
-	url    string
-	srv    *http.Server
-	ln     net.Listener
-	origin time.Time
+	cfg      Config
+	url      string
+	srv      *http.Server
+	ln       net.Listener
+	arrivals *Arrivals
 
 	mu      sync.Mutex
 	cache   *lru.Set[uint64] // nil without a cache
@@ -169,16 +180,67 @@ type Server struct {
 	rng     *rand.Rand
 }
 
+// Arrivals counts the chat requests that reached a fleet's servers
+// (retries included; a refused connection reached none), the clock
+// their events (DriftAfter, DownAfter, UpAfter) are set on.
+type Arrivals struct {
+	n       atomic.Int64 // read on every cost (factor), so not under mu
+	mu      sync.Mutex
+	waiters []arrivalWaiter
+}
+
+type arrivalWaiter struct {
+	at int
+	ch chan struct{}
+}
+
+// Count is how many have arrived.
+func (a *Arrivals) Count() int { return int(a.n.Load()) }
+
+func (a *Arrivals) add() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := int(a.n.Add(1))
+	a.waiters = slices.DeleteFunc(a.waiters, func(w arrivalWaiter) bool {
+		if n >= w.at {
+			close(w.ch)
+			return true
+		}
+		return false
+	})
+}
+
+// wait blocks until n have arrived; false when ctx ended first.
+func (a *Arrivals) wait(ctx context.Context, n int) bool {
+	a.mu.Lock()
+	if a.Count() >= n {
+		a.mu.Unlock()
+		return true
+	}
+	ch := make(chan struct{})
+	a.waiters = append(a.waiters, arrivalWaiter{at: n, ch: ch})
+	a.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // Start listens on a loopback port and serves cfg's model until ctx ends
-// or Close.
+// or Close. Its events count its own arrivals.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	return startServer(ctx, cfg, &Arrivals{})
+}
+
+func startServer(ctx context.Context, cfg Config, arrivals *Arrivals) (*Server, error) {
 	cfg.defaults()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("stand-in %s: listening: %w", cfg.Name, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), origin: time.Now()}
-	s.started = s.origin
+	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), arrivals: arrivals, started: time.Now()}
 	s.rng = rand.New(rand.NewPCG(xxhash.Sum64String(cfg.Name), 0x5eed))
 	if cfg.CacheBlocks > 0 {
 		s.cache = lru.NewSet[uint64](cfg.CacheBlocks)
@@ -187,14 +249,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.prefill = newSharedProcessor()
 	}
 	s.srv = s.newHTTPServer()
-	if cfg.DownFor > 0 && cfg.DownAt <= 0 {
+	if cfg.UpAfter > 0 && cfg.DownAfter <= 0 {
 		// Not up yet: nothing listens on the address until the outage
 		// ends.
 		_ = ln.Close()
 	} else {
 		go func() { _ = s.srv.Serve(ln) }()
 	}
-	if cfg.DownFor > 0 {
+	if cfg.UpAfter > 0 {
 		go s.outage(ctx)
 	}
 	go func() {
@@ -215,11 +277,11 @@ func (s *Server) newHTTPServer() *http.Server {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
 
-// outage takes the server down at DownAt and brings it back, restarted,
-// DownFor later (Config.DownFor).
+// outage takes the server down at DownAfter arrivals and brings it back,
+// restarted, at UpAfter (Config.UpAfter).
 func (s *Server) outage(ctx context.Context) {
-	if s.cfg.DownAt > 0 {
-		if !sleep(ctx, s.cfg.DownAt) {
+	if s.cfg.DownAfter > 0 {
+		if !s.arrivals.wait(ctx, s.cfg.DownAfter) {
 			return
 		}
 		s.mu.Lock()
@@ -229,7 +291,7 @@ func (s *Server) outage(ctx context.Context) {
 		// they leave their slots and the queue as a dead process's would.
 		_ = srv.Close()
 	}
-	if !sleep(ctx, s.cfg.DownFor) {
+	if !s.arrivals.wait(ctx, s.cfg.UpAfter) {
 		return
 	}
 	addr := strings.TrimPrefix(s.url, "http://")
@@ -263,12 +325,14 @@ func (s *Server) outage(ctx context.Context) {
 	go func() { _ = srv.Serve(ln) }()
 }
 
-// StartFleet starts one server per config; on an error it closes those
-// already started.
+// StartFleet starts one server per config, their events counting the
+// requests that reach any of them; on an error it closes those already
+// started.
 func StartFleet(ctx context.Context, cfgs []Config) ([]*Server, error) {
 	var ss []*Server
+	arrivals := &Arrivals{}
 	for _, c := range cfgs {
-		s, err := Start(ctx, c)
+		s, err := startServer(ctx, c, arrivals)
 		if err != nil {
 			for _, o := range ss {
 				_ = o.Close()
@@ -326,7 +390,7 @@ func (s *Server) record(id string, arrived, slot, first time.Time, prompt, hit i
 // factor is the cost multiplier now: drift over speed.
 func (s *Server) factor() float64 {
 	f := 1 / s.cfg.Speed
-	if s.cfg.DriftAt > 0 && time.Since(s.origin) >= s.cfg.DriftAt {
+	if s.cfg.DriftAfter > 0 && s.arrivals.Count() >= s.cfg.DriftAfter {
 		f *= s.cfg.DriftFactor
 	}
 	return f
@@ -462,6 +526,7 @@ func httpError(w http.ResponseWriter, status int, msg string) {
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	s.arrivals.add()
 	if !sleep(r.Context(), s.cfg.Network) {
 		return
 	}

@@ -136,12 +136,11 @@ func TestLatencyModel(t *testing.T) {
 		}},
 		{"speed and drift", func(t *testing.T) {
 			c := base
-			c.CacheBlocks, c.Speed, c.DriftAt, c.DriftFactor = 0, 2, 200*time.Millisecond, 4
+			c.CacheBlocks, c.Speed, c.DriftAfter, c.DriftFactor = 0, 2, 2, 4
 			s := start(t, c)
 			long := sys + sys // 16 kilo-chars: 160 ms at speed 1
 			fast, _ := ttft(t, s.URL(), long, "x", 1)
-			time.Sleep(250 * time.Millisecond)
-			slow, _ := ttft(t, s.URL(), long, "x", 1)
+			slow, _ := ttft(t, s.URL(), long, "x", 1) // the second arrival: drifted
 			if fast < 75*time.Millisecond || fast > 130*time.Millisecond || slow < 3*fast {
 				t.Errorf("speed 2: %v (want ≈ 80 ms); after 4× drift: %v (want ≥ 3× that)", fast, slow)
 			}
