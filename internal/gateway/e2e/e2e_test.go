@@ -96,17 +96,24 @@ func stream(t *testing.T, url string, i, maxTokens int) outcome {
 func TestGatewayOverSimFleetWithFaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy1 := startSim(t, ctx, serve.FaultConfig{})
+	healthy2 := startSim(t, ctx, serve.FaultConfig{})
+	errs := startSim(t, ctx, serve.FaultConfig{ErrorRate: 1, ErrorStatus: 503})
+	stall := startSim(t, ctx, serve.FaultConfig{StallFirst: 10 * time.Second})
+	cut := startSim(t, ctx, serve.FaultConfig{CutAfter: 5})
+	// The dead backend's port is freed after every listener of the test
+	// has its own: freed first, the kernel once gave it to a replica
+	// started after, and "dead" answered.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	healthy1 := startSim(t, ctx, serve.FaultConfig{})
-	healthy2 := startSim(t, ctx, serve.FaultConfig{})
-	errs := startSim(t, ctx, serve.FaultConfig{ErrorRate: 1, ErrorStatus: 503})
-	stall := startSim(t, ctx, serve.FaultConfig{StallFirst: 10 * time.Second})
-	cut := startSim(t, ctx, serve.FaultConfig{CutAfter: 5})
 	cfg := gateway.Config{Policy: "round-robin", Continuation: gateway.Continuation{Max: -1}}
 	for name, u := range map[string]string{"dead": dead, "ok1": healthy1.URL(), "ok2": healthy2.URL(), "503": errs.URL(), "stall": stall.URL(), "cut": cut.URL()} {
 		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{Name: name, URL: u, Models: []string{"m"}})
@@ -126,10 +133,6 @@ func TestGatewayOverSimFleetWithFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	go g.Serve(ctx, gl)
 	url := "http://" + gl.Addr().String()
 

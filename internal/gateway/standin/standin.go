@@ -162,7 +162,6 @@ type Server struct {
 	cfg      Config
 	url      string
 	srv      *http.Server
-	ln       net.Listener
 	arrivals *Arrivals
 
 	mu      sync.Mutex
@@ -240,7 +239,7 @@ func startServer(ctx context.Context, cfg Config, arrivals *Arrivals) (*Server, 
 	if err != nil {
 		return nil, fmt.Errorf("stand-in %s: listening: %w", cfg.Name, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, url: "http://" + ln.Addr().String(), arrivals: arrivals, started: time.Now()}
+	s := &Server{cfg: cfg, url: "http://" + ln.Addr().String(), arrivals: arrivals, started: time.Now()}
 	s.rng = rand.New(rand.NewPCG(xxhash.Sum64String(cfg.Name), 0x5eed))
 	if cfg.CacheBlocks > 0 {
 		s.cache = lru.NewSet[uint64](cfg.CacheBlocks)
