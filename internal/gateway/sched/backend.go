@@ -214,7 +214,7 @@ func (b *Backend) claim(now time.Time) (trial, probe bool) {
 // breakerMaxCooldown, so an engine restarting for a minute left its
 // backend out of rotation up to 30 s after it answered again; and a
 // restart shorter than the first cooldown kept it out for the rest of
-// that cooldown (fleets restart-fast, late-joiner and rolling-restart:
+// that cooldown (fleets restart-fast and rolling-restart:
 // docs/routing-evaluation.md, "A seventh held-out set"). The trial still
 // decides: a backend whose health endpoint answers while its requests
 // fail goes back to its cooldown, doubled.
